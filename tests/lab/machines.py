@@ -1,0 +1,365 @@
+"""Lab machines: copies of an image booted with systemd-nspawn, reached over SSH on loopback.
+
+Each machine shares the host's network, so its sshd listens on 127.0.0.1 on a port of its own.
+The PID of every systemd-nspawn process the lab starts is recorded in the state file; `down` stops
+exactly those processes (after checking that the PID still belongs to that machine) and removes
+the machine directories. Nothing is ever stopped by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .distros import get_distro
+from .errors import LabError
+from .images import NSPAWN_COMMON, ensure_images
+
+DEFAULT_BASE_PORT = 2221
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# Every machine gets fresh host keys when it is made, so there is nothing to pin or remember.
+SSH_OPTIONS = (
+    "StrictHostKeyChecking=no",
+    "UserKnownHostsFile=/dev/null",
+    "LogLevel=ERROR",
+    "ConnectTimeout=3",
+)
+
+
+def ssh_option_args(*extra: str) -> list[str]:
+    """SSH_OPTIONS (and any extra Key=Value) as ssh's -o arguments."""
+    return [arg for opt in (*SSH_OPTIONS, *extra) for arg in ("-o", opt)]
+
+
+def state_dir() -> Path:
+    """Where running machines live: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab."""
+    env = os.environ.get("GPUOPS_LAB_STATE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local/state")
+    return Path(base) / "gpuops-lab"
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """What the user asked for: a name and a distribution."""
+
+    name: str
+    distro: str
+
+
+def parse_machine_spec(text: str) -> MachineSpec:
+    """Parse NAME=DISTRO, checking both parts."""
+    name, sep, distro = text.partition("=")
+    if not sep or not name or not distro:
+        raise LabError(f"bad machine {text!r}: expected NAME=DISTRO, for example gpu1=noble")
+    if not _NAME_RE.match(name):
+        raise LabError(f"bad machine name {name!r}: use lower-case letters, digits and '-' (a valid host name)")
+    return MachineSpec(name, get_distro(distro).name)
+
+
+def check_specs(specs: list[MachineSpec]) -> None:
+    """Refuse duplicate names and an empty list."""
+    if not specs:
+        raise LabError("no machines given")
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise LabError(f"machine name {spec.name!r} is given twice")
+        seen.add(spec.name)
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something already listens on (or holds) host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def assign_ports(specs: list[MachineSpec], base_port: int, taken: set[int]) -> dict[str, int]:
+    """Give each machine the lowest port from base_port up that the lab does not already use.
+
+    A port that another program holds is an error naming it, not silently skipped: the user
+    chose the range, and the inventory of a second lab must not drift.
+    """
+    if not 1024 <= base_port <= 65535 - len(specs) - len(taken):
+        raise LabError(f"base port {base_port} is out of range: use 1024..{65535 - len(specs) - len(taken)}")
+    ports = {}
+    port = base_port
+    for spec in specs:
+        while port in taken:
+            port += 1
+        if port_in_use(port):
+            raise LabError(f"port {port} on 127.0.0.1 is already in use (wanted for {spec.name}): pick another --base-port")
+        ports[spec.name] = port
+        port += 1
+    return ports
+
+
+@dataclass
+class Machine:
+    """A machine the lab started, as recorded in the state file."""
+
+    name: str
+    distro: str
+    port: int
+    directory: str
+    pid: int = 0
+    image: str = ""
+    started: float = 0.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.directory) / "root"
+
+
+class Lab:
+    """The lab's state directory: its machines, its SSH key and the state file."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.dir = directory or state_dir()
+        self.state_file = self.dir / "lab.json"
+        self.key = self.dir / "id_ed25519"
+
+    # -- state -------------------------------------------------------------------------------
+    def load(self) -> dict[str, Machine]:
+        if not self.state_file.exists():
+            return {}
+        data = json.loads(self.state_file.read_text())
+        return {name: Machine(**m) for name, m in data.get("machines", {}).items()}
+
+    def save(self, machines: dict[str, Machine]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"machines": {n: asdict(m) for n, m in machines.items()}}, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    def ensure_key(self) -> Path:
+        if not self.key.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpuops-lab", "-f", str(self.key)],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
+        return self.key
+
+    # -- process checks ----------------------------------------------------------------------
+    @staticmethod
+    def is_ours(machine: Machine) -> bool:
+        """Whether machine.pid is alive and still the systemd-nspawn we started for it."""
+        if machine.pid <= 0:
+            return False
+        try:
+            argv = Path(f"/proc/{machine.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return bool(argv) and argv[0].endswith(b"systemd-nspawn") and machine.directory.encode() + b"/root" in argv
+
+    def processes_inside(self, machine: Machine) -> list[int]:
+        """PIDs of processes whose root directory is this machine's (what `down` must leave none of)."""
+        root = str(machine.root)
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                target = os.readlink(proc / "root")
+            except OSError:
+                continue
+            if target == root or target.startswith(root + "/"):
+                pids.append(int(proc.name))
+        return pids
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def prepare_root(self, machine: Machine, image: Path) -> None:
+        """Unpack the image and make it this machine: host name, sshd port, keys."""
+        root = machine.root
+        shutil.rmtree(machine.directory, ignore_errors=True)
+        root.mkdir(parents=True)
+        subprocess.run(
+            ["tar", "--numeric-owner", "-I", "zstd -T0", "-xf", str(image), "-C", str(root)],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+        (root / "etc/hostname").write_text(machine.name + "\n")
+        hosts = root / "etc/hosts"
+        hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {machine.name}\n::1 localhost ip6-localhost ip6-loopback\n")
+        sshd_d = root / "etc/ssh/sshd_config.d"
+        sshd_d.mkdir(parents=True, exist_ok=True)
+        (sshd_d / "10-gpuops-lab.conf").write_text(
+            f"# The lab machine shares the host's network: listen on loopback, on this machine's port.\n"
+            f"Port {machine.port}\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\n"
+            f"PasswordAuthentication no\nUseDNS no\n"
+        )
+        ssh_dir = root / "root/.ssh"
+        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        auth = ssh_dir / "authorized_keys"
+        auth.write_text(self.key.with_suffix(".pub").read_text())
+        auth.chmod(0o600)
+        # ssh-keygen -A with -f writes the host keys under a prefix: this machine's own keys.
+        subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def boot(self, machine: Machine) -> None:
+        """Start systemd-nspawn in the background, in its own session, and record its PID."""
+        log = Path(machine.directory) / "console.log"
+        cmd = [
+            "systemd-nspawn",
+            *NSPAWN_COMMON,
+            "--boot",
+            "--quiet",
+            "--console=read-only",
+            f"--machine={machine.name}",
+            "-D",
+            str(machine.root),
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        machine.pid = proc.pid
+        machine.started = time.time()
+
+    def ssh_command(self, machine: Machine, *remote: str) -> list[str]:
+        return ["ssh", "-i", str(self.key), "-p", str(machine.port), *ssh_option_args("BatchMode=yes"), "root@127.0.0.1", *remote]
+
+    def wait_ready(self, machine: Machine, timeout: float) -> str:
+        """Wait until SSH answers and systemd has finished booting; return systemd's state."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if not self.is_ours(machine):
+                tail = _tail(Path(machine.directory) / "console.log")
+                raise LabError(f"machine {machine.name} exited while booting: {tail}")
+            res = subprocess.run(
+                self.ssh_command(machine, "systemctl", "is-system-running", "--wait"),
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=max(5.0, deadline - time.monotonic()),
+                check=False,
+            )
+            state = res.stdout.strip()
+            if state in ("running", "degraded"):
+                return state
+            last = (res.stderr or res.stdout).strip() or f"ssh exit {res.returncode}"
+            time.sleep(0.5)
+        raise LabError(f"machine {machine.name} did not answer on 127.0.0.1:{machine.port} within {timeout:.0f}s ({last})")
+
+    def stop(self, machine: Machine, timeout: float = 30.0) -> None:
+        """Stop one machine by its recorded PID: SIGTERM (a clean poweroff), SIGKILL if it hangs."""
+        if self.is_ours(machine):
+            os.kill(machine.pid, signal.SIGTERM)
+            if not _wait_gone(machine.pid, timeout):
+                os.kill(machine.pid, signal.SIGKILL)
+                _wait_gone(machine.pid, 10.0)
+        # The container's processes die with its init; wait for the last of them to be reaped.
+        deadline = time.monotonic() + 10.0
+        while self.processes_inside(machine) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = self.processes_inside(machine)
+        if left:
+            raise LabError(f"machine {machine.name}: processes {left} still run inside {machine.root}; not removing it")
+        shutil.rmtree(machine.directory, ignore_errors=True)
+
+    def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0) -> dict[str, Machine]:
+        """Start the machines asked for; ones already running with the same spec are kept."""
+        check_specs(specs)
+        machines = self.load()
+        wanted = []
+        for spec in specs:
+            have = machines.get(spec.name)
+            if have and self.is_ours(have):
+                if have.distro != spec.distro:
+                    raise LabError(f"machine {spec.name} already runs {have.distro}, not {spec.distro}: run 'lab down' first")
+                continue
+            wanted.append(spec)
+        if not wanted:
+            return machines
+        taken = {m.port for m in machines.values() if self.is_ours(m)}
+        ports = assign_ports(wanted, base_port, taken)
+        images = ensure_images([get_distro(s.distro) for s in wanted])
+        self.ensure_key()
+        new = {
+            s.name: Machine(
+                name=s.name,
+                distro=s.distro,
+                port=ports[s.name],
+                directory=str(self.dir / "machines" / s.name),
+                image=str(images[s.distro]),
+            )
+            for s in wanted
+        }
+        try:
+            with ThreadPoolExecutor(max_workers=len(new)) as pool:
+                list(pool.map(lambda m: self.prepare_root(m, images[m.distro]), new.values()))
+            for m in new.values():
+                self.boot(m)
+                machines[m.name] = m
+            self.save(machines)
+            with ThreadPoolExecutor(max_workers=len(new)) as pool:
+                states = dict(zip(new, pool.map(lambda m: self.wait_ready(m, timeout), new.values()), strict=True))
+            for name, state in states.items():
+                new[name].extra["systemd"] = state
+        except BaseException:
+            # Leave nothing half-started behind: stop what this call started.
+            for m in new.values():
+                self.stop(m)
+                machines.pop(m.name, None)
+            self.save(machines)
+            raise
+        self.save(machines)
+        return machines
+
+    def down(self) -> list[str]:
+        """Stop every machine in the state file and remove its directory and the lab's state."""
+        machines = self.load()
+        stopped = []
+        for machine in list(machines.values()):
+            self.stop(machine)
+            machines.pop(machine.name)
+            self.save(machines)
+            stopped.append(machine.name)
+        shutil.rmtree(self.dir / "machines", ignore_errors=True)
+        for path in (self.state_file, self.key, self.key.with_suffix(".pub")):
+            path.unlink(missing_ok=True)
+        if self.dir.is_dir() and not any(self.dir.iterdir()):
+            self.dir.rmdir()
+        return stopped
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Wait for a child or a foreign process to exit; reap it if it is our child."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no console log"
+    return lines[-1] if lines else "no console output"

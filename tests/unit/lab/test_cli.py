@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.lab import cli
+from tests.lab.inventory import render_inventory, write_inventory
+from tests.lab.machines import Machine
+
+
+def _run(capsys, *argv):
+    rc = cli.main(list(argv))
+    err = capsys.readouterr().err
+    return rc, err
+
+
+def test_unknown_distribution_is_one_line(capsys):
+    rc, err = _run(capsys, "up", "--machine", "x=focal")
+    assert rc == 2
+    assert err == "lab: error: unknown distribution 'focal' (known: bookworm, jammy, noble)\n"
+
+
+def test_missing_root_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 1000)
+    rc, err = _run(capsys, "up", "--machine", "x=noble")
+    assert rc == 2
+    assert err.startswith("lab: error: must run as root") and err.count("\n") == 1
+
+
+def test_missing_tools_are_named(capsys, monkeypatch):
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.shutil, "which", lambda tool: None if tool == "systemd-nspawn" else "/usr/bin/" + tool)
+    rc, err = _run(capsys, "up", "--machine", "x=noble")
+    assert rc == 2
+    assert "missing host tools: systemd-nspawn" in err
+
+
+def test_ssh_to_an_unknown_machine(capsys, tmp_path):
+    rc, err = _run(capsys, "--state", str(tmp_path), "ssh", "nope")
+    assert rc == 2
+    assert "no lab machine named 'nope' (machines: none running)" in err
+
+
+def test_status_of_an_empty_lab(capsys, tmp_path):
+    assert cli.main(["--state", str(tmp_path), "status"]) == 0
+    assert capsys.readouterr().out == "no lab machines\n"
+
+
+def test_inventory_puts_machines_in_gpu_nodes(tmp_path):
+    machines = {
+        "b": Machine(name="b", distro="jammy", port=2222, directory="/x/b"),
+        "a": Machine(name="a", distro="noble", port=2221, directory="/x/a"),
+    }
+    data = render_inventory(machines, tmp_path / "key")
+    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
+    assert list(hosts) == ["a", "b"]
+    assert hosts["a"] == {"ansible_host": "127.0.0.1", "ansible_port": 2221, "gpuops_lab_distro": "noble"}
+    assert data["all"]["vars"]["ansible_ssh_private_key_file"] == str(tmp_path / "key")
+    assert "-o UserKnownHostsFile=/dev/null" in data["all"]["vars"]["ansible_ssh_common_args"]
+
+
+def test_write_inventory_is_valid_yaml(tmp_path):
+    path = tmp_path / "inv/hosts.yml"
+    write_inventory(path, {"a": Machine(name="a", distro="noble", port=2221, directory="/x/a")}, tmp_path / "k")
+    assert yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]["hosts"]["a"]["ansible_port"] == 2221
+
+
+@pytest.mark.parametrize("argv", [["up", "--machine", "a=noble", "--machine", "a=jammy"]])
+def test_duplicate_machine_names(capsys, argv):
+    rc, err = _run(capsys, *argv)
+    assert rc == 2 and "given twice" in err

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.lab.errors import LabError
+from tests.lab.machines import Lab, Machine, MachineSpec, assign_ports, check_specs, parse_machine_spec, port_in_use
+
+
+def test_parse_machine_spec():
+    assert parse_machine_spec("gpu1=Ubuntu24.04") == MachineSpec("gpu1", "noble")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpu1", "expected NAME=DISTRO"),
+        ("=noble", "expected NAME=DISTRO"),
+        ("Gpu_1=noble", "bad machine name 'Gpu_1'"),
+        ("gpu1=centos7", "unknown distribution 'centos7'"),
+    ],
+)
+def test_parse_machine_spec_errors_name_the_problem(text, message):
+    with pytest.raises(LabError, match=message):
+        parse_machine_spec(text)
+
+
+def test_check_specs_refuses_duplicates_and_nothing():
+    with pytest.raises(LabError, match="given twice"):
+        check_specs([MachineSpec("a", "noble"), MachineSpec("a", "jammy")])
+    with pytest.raises(LabError, match="no machines"):
+        check_specs([])
+
+
+@pytest.fixture
+def held_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_port_in_use_sees_a_listener(held_port):
+    assert port_in_use(held_port)
+
+
+def test_assign_ports_names_a_port_held_by_another_program(held_port):
+    specs = [MachineSpec("a", "noble")]
+    with pytest.raises(LabError, match=f"port {held_port} on 127.0.0.1 is already in use \\(wanted for a\\)"):
+        assign_ports(specs, held_port, set())
+
+
+def test_assign_ports_skips_ports_of_the_labs_own_machines():
+    specs = [MachineSpec("a", "noble"), MachineSpec("b", "jammy")]
+    base = _free_base(4)
+    assert assign_ports(specs, base, {base, base + 2}) == {"a": base + 1, "b": base + 3}
+
+
+def test_assign_ports_refuses_out_of_range():
+    with pytest.raises(LabError, match="base port 80 is out of range"):
+        assign_ports([MachineSpec("a", "noble")], 80, set())
+
+
+def test_state_round_trips(tmp_path):
+    lab = Lab(tmp_path / "state")
+    m = Machine(name="a", distro="noble", port=2221, directory=str(tmp_path / "m/a"), pid=123)
+    lab.save({"a": m})
+    assert lab.load() == {"a": m}
+
+
+def test_is_ours_rejects_a_pid_that_is_not_the_recorded_nspawn(tmp_path):
+    import os
+
+    m = Machine(name="a", distro="noble", port=2221, directory=str(tmp_path), pid=os.getpid())
+    assert not Lab.is_ours(m)
+    assert not Lab.is_ours(Machine(name="b", distro="noble", port=1, directory="/x", pid=0))
+
+
+def test_down_of_an_empty_lab_removes_its_directory(tmp_path):
+    lab = Lab(tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    assert lab.down() == []
+    assert not (tmp_path / "state").exists()
+
+
+def _free_base(count: int) -> int:
+    for base in range(40000, 60000, 10):
+        if not any(port_in_use(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free ports")
