@@ -40,6 +40,37 @@ def ssh_option_args(*extra: str) -> list[str]:
     return [arg for opt in (*SSH_OPTIONS, *extra) for arg in ("-o", opt)]
 
 
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+
+def own_systemd_cgroup(cgroup_fs: Path = CGROUP_FS, self_cgroup: str | None = None) -> Path | None:
+    """The directory of this process's cgroup in the hierarchy systemd uses (v2, or v1's name=systemd).
+
+    None when neither is mounted. self_cgroup is the text of /proc/self/cgroup (for tests).
+    """
+    text = self_cgroup if self_cgroup is not None else Path("/proc/self/cgroup").read_text()
+    if (cgroup_fs / "cgroup.controllers").exists():
+        base, key = cgroup_fs, ""
+    elif (cgroup_fs / "systemd").is_dir():
+        base, key = cgroup_fs / "systemd", "name=systemd"
+    else:
+        return None
+    for line in text.splitlines():
+        _hier, controllers, path = line.split(":", 2)
+        if controllers == key:
+            return base / path.lstrip("/")
+    return None
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove a cgroup and the (empty) cgroups below it, deepest first."""
+    if not path.is_dir():
+        return
+    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        sub.rmdir()
+    path.rmdir()
+
+
 def state_dir() -> Path:
     """Where running machines live: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab."""
     env = os.environ.get("GPUOPS_LAB_STATE")
@@ -214,8 +245,25 @@ class Lab:
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
     def boot(self, machine: Machine) -> None:
-        """Start systemd-nspawn in the background, in its own session, and record its PID."""
+        """Start systemd-nspawn in the background, in its own session and cgroup, and record its PID.
+
+        With --keep-unit, nspawn hands its own cgroup to the machine's systemd as the machine's
+        root. Machines started from the same cgroup would share that tree, and their systemd
+        instances remove each other's unit cgroups (units fail with 219/CGROUP on a cgroup v1
+        host), so each nspawn first moves into a cgroup of its own.
+        """
         log = Path(machine.directory) / "console.log"
+        parent = own_systemd_cgroup()
+        cgroup = parent / f"gpuops-lab.{machine.name}.{machine.port}" if parent else None
+        if cgroup:
+            remove_cgroup(cgroup)
+            cgroup.mkdir()
+            machine.extra["cgroup"] = str(cgroup)
+
+        def enter_cgroup() -> None:
+            if cgroup:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
         cmd = [
             "systemd-nspawn",
             *NSPAWN_COMMON,
@@ -227,7 +275,15 @@ class Lab:
             str(machine.root),
         ]
         with log.open("wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                # Only a write to cgroup.procs between fork and exec.
+                preexec_fn=enter_cgroup,
+            )
         machine.pid = proc.pid
         machine.started = time.time()
 
@@ -271,6 +327,8 @@ class Lab:
         left = self.processes_inside(machine)
         if left:
             raise LabError(f"machine {machine.name}: processes {left} still run inside {machine.root}; not removing it")
+        if machine.extra.get("cgroup"):
+            remove_cgroup(Path(machine.extra["cgroup"]))
         shutil.rmtree(machine.directory, ignore_errors=True)
 
     def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0) -> dict[str, Machine]:
@@ -344,8 +402,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return True
         except ChildProcessError:
             pass

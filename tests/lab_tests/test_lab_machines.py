@@ -65,9 +65,13 @@ def test_four_machines_boot_answer_over_ssh_and_go_away(tmp_path):
         hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_nodes"]["hosts"]
         assert set(hosts) == set(MACHINES)
 
+        # Machines booted side by side must not share a cgroup tree: on a cgroup v1 host their
+        # systemd instances would remove each other's unit cgroups (units fail with 219/CGROUP).
+        time.sleep(3)
         for name, distro in MACHINES.items():
             out = lab(state, "ssh", name, "sh", "-c", "'hostname; . /etc/os-release; echo $VERSION_CODENAME; systemctl is-system-running'")
-            assert out.stdout.split() == [name, distro, "running"], out.stdout
+            failed = lab(state, "ssh", name, "systemctl", "--failed", "--no-legend", "--plain").stdout.strip()
+            assert out.stdout.split() == [name, distro, "running"], f"{out.stdout} failed units: {failed}"
         # Each machine has its own host keys and machine id.
         ids = {lab(state, "ssh", n, "cat", "/etc/machine-id").stdout.strip() for n in MACHINES}
         assert len(ids) == len(MACHINES)

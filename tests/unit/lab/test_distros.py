@@ -70,7 +70,7 @@ def test_jammy_sources_are_one_line_per_suite():
 
 
 def test_bookworm_sources_have_non_free_firmware_and_security_archive():
-    _, text = render_apt_sources(DISTROS["bookworm"], "http://d.example/debian", "")
+    text = render_apt_sources(DISTROS["bookworm"], "http://d.example/debian", "")[1]
     assert "deb http://d.example/debian bookworm-updates main contrib non-free non-free-firmware" in text
     assert "deb http://d.example/debian-security bookworm-security main contrib non-free non-free-firmware" in text
 

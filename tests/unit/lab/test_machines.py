@@ -89,3 +89,37 @@ def _free_base(count: int) -> int:
         if not any(port_in_use(base + i) for i in range(count)):
             return base
     raise RuntimeError("no free ports")
+
+
+V1_SELF = "9:name=systemd:/user.slice/session-1.scope\n4:memory:/x\n0::/\n"
+V2_SELF = "0::/ci/job-7\n"
+
+
+def test_own_systemd_cgroup_on_a_v1_host(tmp_path):
+    from tests.lab.machines import own_systemd_cgroup
+
+    (tmp_path / "systemd").mkdir()
+    assert own_systemd_cgroup(tmp_path, V1_SELF) == tmp_path / "systemd/user.slice/session-1.scope"
+
+
+def test_own_systemd_cgroup_on_a_v2_host(tmp_path):
+    from tests.lab.machines import own_systemd_cgroup
+
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    assert own_systemd_cgroup(tmp_path, V2_SELF) == tmp_path / "ci/job-7"
+
+
+def test_own_systemd_cgroup_without_a_hierarchy(tmp_path):
+    from tests.lab.machines import own_systemd_cgroup
+
+    assert own_systemd_cgroup(tmp_path, V2_SELF) is None
+
+
+def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
+    from tests.lab.machines import remove_cgroup
+
+    (tmp_path / "m/system.slice/ssh.service").mkdir(parents=True)
+    (tmp_path / "m/init.scope").mkdir()
+    remove_cgroup(tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    remove_cgroup(tmp_path / "m")  # already gone: nothing to do
