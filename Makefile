@@ -1,0 +1,99 @@
+# gpuops.nvidia: `make demo` and `make test` work on a fresh machine (root, Debian/Ubuntu host).
+# Everything is installed by the targets below: Python tools into .venv (pinned), the lab's host
+# packages with apt, lab images into ~/.cache/gpuops-lab (reused while fresh).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+COLL_ROOT := .build/collections
+COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuops/nvidia
+SANITY_DIR := .build/sanity/ansible_collections/gpuops/nvidia
+SANITY_VENV := .build/ansible-test-venv
+LAB := $(PY) -m tests.lab
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd.
+LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd
+
+.PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
+
+$(BIN)/.installed: requirements.txt requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-test.txt
+	touch $@
+
+venv: $(BIN)/.installed ## install the pinned Python tools into .venv
+
+lab-deps: ## install the lab's host packages (apt) when missing
+	@if command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
+	    && command -v ssh >/dev/null && command -v zstd >/dev/null; then \
+	  echo "lab host packages: present"; \
+	else \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_HOST_PACKAGES); \
+	fi
+
+$(COLL_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+collection: $(COLL_LINK) ## make gpuops.nvidia importable from this checkout
+
+lab-up: venv lab-deps ## boot the default lab machines and write inventories/lab/hosts.yml
+	$(LAB) up
+
+lab-down: venv ## stop the lab machines (by PID) and remove them
+	$(LAB) down
+
+lab-status: venv ## list the lab machines
+	$(LAB) status
+
+demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run playbooks/site.yml against it
+	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab
+	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
+
+unit: venv ## unit tests
+	$(BIN)/pytest tests/unit
+
+lint: venv collection ## ruff, ansible-lint (production profile)
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --offline
+	$(BIN)/antsibull-changelog lint
+
+$(SANITY_VENV)/.installed: requirements-sanity.txt
+	$(PYTHON) -m venv $(SANITY_VENV)
+	$(SANITY_VENV)/bin/pip install -q --upgrade pip
+	$(SANITY_VENV)/bin/pip install -q -r requirements-sanity.txt
+	touch $@
+
+sanity: $(SANITY_VENV)/.installed ## ansible-test sanity on a copy of the collection at its namespace path
+	# ansible-test bootstraps pip in each test venv with a script from a host outside the package
+	# registries; give it our stand-in (tests/sanity/get_pip_standin.py) under the name it looks for.
+	pipver=$$($(SANITY_VENV)/bin/python -c 'import inspect, re; from ansible_test._internal import python_requirements as m; print(re.search(r"pip=.([0-9.]+).", inspect.getsource(m.get_venv_packages))[1])'); \
+	  mkdir -p ~/.ansible/test/cache && cp tests/sanity/get_pip_standin.py ~/.ansible/test/cache/get_pip_$${pipver//./_}.py
+	rm -rf $(SANITY_DIR) && mkdir -p $(SANITY_DIR)
+	git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - | tar -xf - -C $(SANITY_DIR)
+	# ansible-test lists files with git; inside this checkout it would see .build/ as ignored.
+	cd $(SANITY_DIR) && git init -q && git add -A
+	# Its own venv first on PATH, so python3.11 is the one with ansible-test's requirements. (--venv
+	# would fetch a pip bootstrap script from a host that is not reachable here.)
+	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
+
+lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
+	$(BIN)/pytest -p no:cacheprovider tests/lab_tests
+
+molecule: venv lab-deps collection ## molecule scenarios on lab machines
+	$(BIN)/molecule test --all
+
+test: venv lab-deps collection unit lint sanity lab-test molecule ## everything CI runs
+
+clean: ## remove build output (not the image cache)
+	rm -rf .build tests/output
