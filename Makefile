@@ -17,8 +17,9 @@ SANITY_VENV := .build/ansible-test-venv
 LAB := $(PY) -m tests.lab
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-# Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd.
-LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd
+# Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd, and a C compiler
+# for the simulated NVML library.
+LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6-dev
 
 .PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status clean
 
@@ -35,7 +36,7 @@ venv: $(BIN)/.installed ## install the pinned Python tools into .venv
 
 lab-deps: ## install the lab's host packages (apt) when missing
 	@if command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
-	    && command -v ssh >/dev/null && command -v zstd >/dev/null; then \
+	    && command -v ssh >/dev/null && command -v zstd >/dev/null && command -v gcc >/dev/null; then \
 	  echo "lab host packages: present"; \
 	else \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_HOST_PACKAGES); \
@@ -60,7 +61,7 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab
 	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
-unit: venv ## unit tests
+unit: venv collection ## unit tests
 	$(BIN)/pytest tests/unit
 
 lint: venv collection ## ruff, ansible-lint (production profile)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .distros import DISTROS, get_distro
 from .errors import LabError
+from .hardware import profile_names
 from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
 from .inventory import write_inventory
 from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
@@ -130,8 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--machine",
         action="append",
-        metavar="NAME=DISTRO",
-        help=f"a machine to boot; repeat for several (distributions: {', '.join(sorted(DISTROS))})",
+        metavar="NAME=DISTRO[:PROFILE]",
+        help=f"a machine to boot; repeat for several (distributions: {', '.join(sorted(DISTROS))}; "
+        f"hardware profiles: {', '.join(profile_names())})",
     )
     up.add_argument("--base-port", type=int, default=int(os.environ.get("GPUOPS_LAB_BASE_PORT", DEFAULT_BASE_PORT)))
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each machine to boot")

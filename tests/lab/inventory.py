@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from .hardware import HW_PATH, NVML_LIBRARY
 from .machines import Machine, ssh_option_args
 
 GROUP = "gpu_nodes"
@@ -13,14 +14,7 @@ GROUP = "gpu_nodes"
 
 def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
     """Inventory data: every machine in group gpu_nodes, reached over SSH on loopback as root."""
-    hosts = {
-        m.name: {
-            "ansible_host": "127.0.0.1",
-            "ansible_port": m.port,
-            "gpuops_lab_distro": m.distro,
-        }
-        for m in sorted(machines.values(), key=lambda m: m.name)
-    }
+    hosts = {m.name: host_vars(m) for m in sorted(machines.values(), key=lambda m: m.name)}
     return {
         "all": {
             "vars": {
@@ -32,6 +26,18 @@ def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
             "children": {GROUP: {"hosts": hosts}},
         }
     }
+
+
+def host_vars(machine: Machine) -> dict:
+    """How Ansible reaches the machine and, with a hardware profile, where the roles read its hardware."""
+    found = {"ansible_host": "127.0.0.1", "ansible_port": machine.port, "gpuops_lab_distro": machine.distro}
+    if machine.profile:
+        found.update({
+            "gpuops_lab_profile": machine.profile,
+            "gpuops_preflight_hardware_root": HW_PATH,
+            "gpuops_preflight_nvml_library": NVML_LIBRARY,
+        })
+    return found
 
 
 def write_inventory(path: Path, machines: dict[str, Machine], key: Path) -> None:

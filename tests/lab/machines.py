@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .distros import get_distro
 from .errors import LabError
-from .images import NSPAWN_COMMON, ensure_images
+from .hardware import HW_PATH, build_fake_nvml, load_profile, write_hardware
+from .images import NSPAWN_COMMON, cache_dir, ensure_images
 
 DEFAULT_BASE_PORT = 2221
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -82,20 +83,24 @@ def state_dir() -> Path:
 
 @dataclass(frozen=True)
 class MachineSpec:
-    """What the user asked for: a name and a distribution."""
+    """What the user asked for: a name, a distribution and, optionally, a hardware profile."""
 
     name: str
     distro: str
+    profile: str = ""
 
 
 def parse_machine_spec(text: str) -> MachineSpec:
-    """Parse NAME=DISTRO, checking both parts."""
-    name, sep, distro = text.partition("=")
+    """Parse NAME=DISTRO[:PROFILE], checking every part."""
+    name, sep, rest = text.partition("=")
+    distro, _colon, profile = rest.partition(":")
     if not sep or not name or not distro:
-        raise LabError(f"bad machine {text!r}: expected NAME=DISTRO, for example gpu1=noble")
+        raise LabError(f"bad machine {text!r}: expected NAME=DISTRO[:PROFILE], for example gpu1=noble:hgx-h100")
     if not _NAME_RE.match(name):
         raise LabError(f"bad machine name {name!r}: use lower-case letters, digits and '-' (a valid host name)")
-    return MachineSpec(name, get_distro(distro).name)
+    if profile:
+        load_profile(profile)
+    return MachineSpec(name, get_distro(distro).name, profile)
 
 
 def check_specs(specs: list[MachineSpec]) -> None:
@@ -147,6 +152,7 @@ class Machine:
     distro: str
     port: int
     directory: str
+    profile: str = ""
     pid: int = 0
     image: str = ""
     started: float = 0.0
@@ -216,8 +222,8 @@ class Lab:
         return pids
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def prepare_root(self, machine: Machine, image: Path) -> None:
-        """Unpack the image and make it this machine: host name, sshd port, keys."""
+    def prepare_root(self, machine: Machine, image: Path, nvml_library: Path | None = None) -> None:
+        """Unpack the image and make it this machine: host name, sshd port, keys, simulated hardware."""
         root = machine.root
         shutil.rmtree(machine.directory, ignore_errors=True)
         root.mkdir(parents=True)
@@ -243,6 +249,8 @@ class Lab:
         auth.chmod(0o600)
         # ssh-keygen -A with -f writes the host keys under a prefix: this machine's own keys.
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        if machine.profile:
+            write_hardware(load_profile(machine.profile), root / HW_PATH.lstrip("/"), machine.name, os.uname().release, nvml_library)
 
     def boot(self, machine: Machine) -> None:
         """Start systemd-nspawn in the background, in its own session and cgroup, and record its PID.
@@ -339,8 +347,11 @@ class Lab:
         for spec in specs:
             have = machines.get(spec.name)
             if have and self.is_ours(have):
-                if have.distro != spec.distro:
-                    raise LabError(f"machine {spec.name} already runs {have.distro}, not {spec.distro}: run 'lab down' first")
+                if (have.distro, have.profile) != (spec.distro, spec.profile):
+                    raise LabError(
+                        f"machine {spec.name} already runs {have.distro}:{have.profile or '-'}, not {spec.distro}:{spec.profile or '-'}: "
+                        "run 'lab down' first"
+                    )
                 continue
             wanted.append(spec)
         if not wanted:
@@ -348,11 +359,13 @@ class Lab:
         taken = {m.port for m in machines.values() if self.is_ours(m)}
         ports = assign_ports(wanted, base_port, taken)
         images = ensure_images([get_distro(s.distro) for s in wanted])
+        nvml = build_fake_nvml(cache_dir()) if any(s.profile for s in wanted) else None
         self.ensure_key()
         new = {
             s.name: Machine(
                 name=s.name,
                 distro=s.distro,
+                profile=s.profile,
                 port=ports[s.name],
                 directory=str(self.dir / "machines" / s.name),
                 image=str(images[s.distro]),
@@ -361,7 +374,7 @@ class Lab:
         }
         try:
             with ThreadPoolExecutor(max_workers=len(new)) as pool:
-                list(pool.map(lambda m: self.prepare_root(m, images[m.distro]), new.values()))
+                list(pool.map(lambda m: self.prepare_root(m, images[m.distro], nvml), new.values()))
             for m in new.values():
                 self.boot(m)
                 machines[m.name] = m

@@ -69,3 +69,11 @@ def test_write_inventory_is_valid_yaml(tmp_path):
 def test_duplicate_machine_names(capsys, argv):
     rc, err = _run(capsys, *argv)
     assert rc == 2 and "given twice" in err
+
+
+def test_inventory_of_a_machine_with_a_profile_points_the_roles_at_its_hardware(tmp_path):
+    m = Machine(name="a", distro="noble", port=2221, directory="/x/a", profile="hgx-h100")
+    host = render_inventory({"a": m}, tmp_path / "key")["all"]["children"]["gpu_nodes"]["hosts"]["a"]
+    assert host["gpuops_lab_profile"] == "hgx-h100"
+    assert host["gpuops_preflight_hardware_root"] == "/opt/gpuops-lab/hw"
+    assert host["gpuops_preflight_nvml_library"] == "/opt/gpuops-lab/hw/nvml/libnvidia-ml.so.1"

@@ -123,3 +123,12 @@ def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
     remove_cgroup(tmp_path / "m")
     assert not (tmp_path / "m").exists()
     remove_cgroup(tmp_path / "m")  # already gone: nothing to do
+
+
+def test_parse_machine_spec_with_a_profile():
+    assert parse_machine_spec("gpu1=jammy:hgx-h100") == MachineSpec("gpu1", "jammy", "hgx-h100")
+
+
+def test_parse_machine_spec_with_an_unknown_profile_names_it():
+    with pytest.raises(LabError, match="unknown hardware profile 'hgx-z'"):
+        parse_machine_spec("gpu1=jammy:hgx-z")

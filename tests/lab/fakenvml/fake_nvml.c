@@ -1,0 +1,314 @@
+/*
+ * The lab's simulated NVML: a libnvidia-ml.so.1 that answers from a hardware profile.
+ *
+ * Only the lab uses it, at the hardware boundary: gpu_info loads it through nvidia-ml-py exactly as
+ * it loads the real library, so the module runs its real code path. It exports the entry points
+ * gpu_info calls (and the older names older bindings call), with NVML's C signatures and struct
+ * layouts. The answers come from "nvml.conf" in the directory this library was loaded from
+ * (written by tests/lab/hardware.py from a profile), so no environment variable is needed.
+ *
+ * nvml.conf, one "key=value" a line:
+ *   driver_loaded=1|0   (0: nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a node
+ *                        whose kernel module is not loaded)
+ *   driver_version=550.54.15  nvml_version=12.550.54.15  cuda_version=12040
+ *   gpu=INDEX|UUID|NAME|BUS_ID|PCI_DEVICE_ID|SUBSYS_ID|MEMORY_MIB|CC_MAJOR|CC_MINOR|PERSISTENCE|MIG_CAPABLE|MIG_CURRENT|MIG_PENDING
+ *   profile=GPU_INDEX|PROFILE|ID|SLICES|INSTANCES|SMS|CE|DEC|ENC|JPEG|OFA|MEMORY_MB|NAME
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define MAX_GPUS 16
+#define MAX_PROFILES 16
+
+typedef struct {
+    unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
+    unsigned int copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} profile_v2_t;
+
+typedef struct {
+    unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
+    unsigned int copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount;
+    unsigned long long memorySizeMB;
+} profile_v1_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+struct fake_profile {
+    int used;
+    unsigned int id, slices, instances, sms, ce, dec, enc, jpeg, ofa;
+    unsigned long long memory_mb;
+    char name[96];
+};
+
+struct fake_gpu {
+    char uuid[96], name[96], bus_id[32];
+    unsigned int pci_device_id, subsys_id, cc_major, cc_minor, persistence, mig_capable, mig_current, mig_pending;
+    unsigned long long memory_mib;
+    struct fake_profile profiles[MAX_PROFILES];
+};
+
+static struct fake_gpu gpus[MAX_GPUS];
+static unsigned int gpu_count;
+static int driver_loaded = 1, initialised;
+static char driver_version[80] = "", nvml_version[80] = "";
+static int cuda_version;
+
+/* Copy a string into a fixed field, cut to fit, always terminated. */
+static void copy_field(char *dst, size_t size, const char *src) {
+    size_t n = src ? strlen(src) : 0;
+    if (n >= size) n = size - 1;
+    if (n) memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+static void parse_gpu(char *value) {
+    char *f[13];
+    int n = 0;
+    for (char *tok = strtok(value, "|"); tok && n < 13; tok = strtok(NULL, "|")) f[n++] = tok;
+    if (n != 13) return;
+    unsigned int i = (unsigned int)atoi(f[0]);
+    if (i >= MAX_GPUS) return;
+    struct fake_gpu *g = &gpus[i];
+    copy_field(g->uuid, sizeof g->uuid, f[1]);
+    copy_field(g->name, sizeof g->name, f[2]);
+    copy_field(g->bus_id, sizeof g->bus_id, f[3]);
+    g->pci_device_id = (unsigned int)strtoul(f[4], NULL, 16);
+    g->subsys_id = (unsigned int)strtoul(f[5], NULL, 16);
+    g->memory_mib = strtoull(f[6], NULL, 10);
+    g->cc_major = (unsigned int)atoi(f[7]);
+    g->cc_minor = (unsigned int)atoi(f[8]);
+    g->persistence = (unsigned int)atoi(f[9]);
+    g->mig_capable = (unsigned int)atoi(f[10]);
+    g->mig_current = (unsigned int)atoi(f[11]);
+    g->mig_pending = (unsigned int)atoi(f[12]);
+    if (i + 1 > gpu_count) gpu_count = i + 1;
+}
+
+static void parse_profile(char *value) {
+    char *f[13];
+    int n = 0;
+    for (char *tok = strtok(value, "|"); tok && n < 13; tok = strtok(NULL, "|")) f[n++] = tok;
+    if (n != 13) return;
+    unsigned int gi = (unsigned int)atoi(f[0]), p = (unsigned int)atoi(f[1]);
+    if (gi >= MAX_GPUS || p >= MAX_PROFILES) return;
+    struct fake_profile *pr = &gpus[gi].profiles[p];
+    pr->used = 1;
+    pr->id = (unsigned int)atoi(f[2]);
+    pr->slices = (unsigned int)atoi(f[3]);
+    pr->instances = (unsigned int)atoi(f[4]);
+    pr->sms = (unsigned int)atoi(f[5]);
+    pr->ce = (unsigned int)atoi(f[6]);
+    pr->dec = (unsigned int)atoi(f[7]);
+    pr->enc = (unsigned int)atoi(f[8]);
+    pr->jpeg = (unsigned int)atoi(f[9]);
+    pr->ofa = (unsigned int)atoi(f[10]);
+    pr->memory_mb = strtoull(f[11], NULL, 10);
+    copy_field(pr->name, sizeof pr->name, f[12]);
+}
+
+static int load_profile(void) {
+    Dl_info info;
+    char path[4096];
+    if (!dladdr((void *)load_profile, &info) || !info.dli_fname) return -1;
+    copy_field(path, sizeof path, info.dli_fname);
+    char *slash = strrchr(path, '/');
+    if (slash) *(slash + 1) = '\0'; else path[0] = '\0';
+    strncat(path, "nvml.conf", sizeof path - strlen(path) - 1);
+    FILE *fp = fopen(path, "r");
+    if (!fp) return -1;
+    memset(gpus, 0, sizeof gpus);
+    gpu_count = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, fp)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || line[0] == '#') continue;
+        *eq = '\0';
+        char *key = line, *value = eq + 1;
+        if (!strcmp(key, "driver_loaded")) driver_loaded = atoi(value);
+        else if (!strcmp(key, "driver_version")) copy_field(driver_version, sizeof driver_version, value);
+        else if (!strcmp(key, "nvml_version")) copy_field(nvml_version, sizeof nvml_version, value);
+        else if (!strcmp(key, "cuda_version")) cuda_version = atoi(value);
+        else if (!strcmp(key, "gpu")) parse_gpu(value);
+        else if (!strcmp(key, "profile")) parse_profile(value);
+    }
+    fclose(fp);
+    return 0;
+}
+
+static nvmlReturn_t copy_out(char *dst, unsigned int length, const char *src) {
+    if (!dst) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+#define NEED_INIT() do { if (!initialised) return NVML_ERROR_UNINITIALIZED; } while (0)
+#define GPU(h) ((struct fake_gpu *)(h))
+#define NEED_GPU(h) do { NEED_INIT(); if (!(h)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (load_profile() != 0) return NVML_ERROR_UNKNOWN;
+    if (!driver_loaded) return NVML_ERROR_DRIVER_NOT_LOADED;
+    initialised = 1;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlShutdown(void) { NEED_INIT(); initialised = 0; return NVML_SUCCESS; }
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) { NEED_INIT(); return copy_out(version, length, driver_version); }
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) { NEED_INIT(); return copy_out(version, length, nvml_version); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { NEED_INIT(); if (!v) return NVML_ERROR_INVALID_ARGUMENT; *v = cuda_version; return NVML_SUCCESS; }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return nvmlSystemGetCudaDriverVersion_v2(v); }
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { NEED_INIT(); if (!count) return NVML_ERROR_INVALID_ARGUMENT; *count = gpu_count; return NVML_SUCCESS; }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
+    NEED_INIT();
+    if (!device || index >= gpu_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &gpus[index];
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, void **device) { return nvmlDeviceGetHandleByIndex_v2(index, device); }
+
+nvmlReturn_t nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) { NEED_GPU(h); return copy_out(uuid, length, GPU(h)->uuid); }
+nvmlReturn_t nvmlDeviceGetName(void *h, char *name, unsigned int length) { NEED_GPU(h); return copy_out(name, length, GPU(h)->name); }
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *pci) {
+    NEED_GPU(h);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    unsigned int domain = 0, bus = 0, dev = 0, fn = 0;
+    sscanf(GPU(h)->bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = dev;
+    pci->pciDeviceId = GPU(h)->pci_device_id;
+    pci->pciSubSystemId = GPU(h)->subsys_id;
+    copy_field(pci->busId, sizeof pci->busId, GPU(h)->bus_id);
+    /* The legacy field holds the short form, with a four-digit domain. */
+    char legacy[40];
+    snprintf(legacy, sizeof legacy, "%04x:%02x:%02x.%x", domain & 0xffff, bus, dev, fn);
+    copy_field(pci->busIdLegacy, sizeof pci->busIdLegacy, legacy);
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(void *h, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(h, pci); }
+nvmlReturn_t nvmlDeviceGetPciInfo(void *h, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(h, pci); }
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *mem) {
+    NEED_GPU(h);
+    if (!mem) return NVML_ERROR_INVALID_ARGUMENT;
+    mem->total = GPU(h)->memory_mib * 1024ULL * 1024ULL;
+    mem->used = 0;
+    mem->free = mem->total;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(void *h, int *major, int *minor) {
+    NEED_GPU(h);
+    if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = (int)GPU(h)->cc_major;
+    *minor = (int)GPU(h)->cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(void *h, int *mode) {
+    NEED_GPU(h);
+    if (!mode) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = (int)GPU(h)->persistence;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *pending) {
+    NEED_GPU(h);
+    if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!GPU(h)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    *current = GPU(h)->mig_current;
+    *pending = GPU(h)->mig_pending;
+    return NVML_SUCCESS;
+}
+
+static struct fake_profile *find_profile(void *h, unsigned int profile) {
+    if (profile >= MAX_PROFILES || !GPU(h)->mig_capable || !GPU(h)->profiles[profile].used) return NULL;
+    return &GPU(h)->profiles[profile];
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned int profile, profile_v2_t *info) {
+    NEED_GPU(h);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_profile *p = find_profile(h, profile);
+    if (!p) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int version = info->version;
+    memset(info, 0, sizeof *info);
+    info->version = version;
+    info->id = p->id;
+    info->sliceCount = p->slices;
+    info->instanceCount = p->instances;
+    info->multiprocessorCount = p->sms;
+    info->copyEngineCount = p->ce;
+    info->decoderCount = p->dec;
+    info->encoderCount = p->enc;
+    info->jpegCount = p->jpeg;
+    info->ofaCount = p->ofa;
+    info->memorySizeMB = p->memory_mb;
+    snprintf(info->name, sizeof info->name, "MIG %s", p->name);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void *h, unsigned int profile, profile_v1_t *info) {
+    NEED_GPU(h);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_profile *p = find_profile(h, profile);
+    if (!p) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = p->id;
+    info->sliceCount = p->slices;
+    info->instanceCount = p->instances;
+    info->multiprocessorCount = p->sms;
+    info->copyEngineCount = p->ce;
+    info->decoderCount = p->dec;
+    info->encoderCount = p->enc;
+    info->jpegCount = p->jpeg;
+    info->ofaCount = p->ofa;
+    info->memorySizeMB = p->memory_mb;
+    return NVML_SUCCESS;
+}

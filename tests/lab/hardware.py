@@ -1,0 +1,167 @@
+"""The lab's simulated GPU hardware: a sysfs/procfs tree and an NVML library made from a profile.
+
+These are the only fakes in the lab, at the hardware boundary. A profile (profiles/*.yml) names
+real device ids; `write_hardware` writes, under a directory the module is told to read:
+
+  sys/bus/pci/devices/<bdf>  -> sys/devices/pci<domain>:<bus>/<bdf>/{vendor,device,class,...,driver}
+  sys/firmware/efi/efivars/SecureBoot-...   (when the profile boots with EFI)
+  proc/modules, proc/sys/kernel/osrelease, proc/driver/nvidia/version (when a driver is "loaded")
+  nvml/libnvidia-ml.so.1 + nvml/nvml.conf   (the fake NVML, when the profile has GPUs)
+
+Inside a lab machine the tree lives at HW_PATH, apart from the machine's real /sys, /proc and
+library paths, so real driver packages installed later coexist with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import yaml
+
+from .errors import LabError
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fakenvml/fake_nvml.c"
+HW_PATH = "/opt/gpuops-lab/hw"
+NVML_LIBRARY = f"{HW_PATH}/nvml/libnvidia-ml.so.1"
+SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+_CLASS = {"gpu": "0x030200", "nvswitch": "0x068000", "nic": "0x020700"}
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yml"))
+
+
+def load_profile(name: str) -> dict:
+    """A profile by name; an unknown name is an error listing the known ones."""
+    path = PROFILE_DIR / f"{name}.yml"
+    if not path.is_file():
+        raise LabError(f"unknown hardware profile {name!r} (known: {', '.join(profile_names())})")
+    data = yaml.safe_load(path.read_text())
+    data["name"] = name
+    gpus = data.get("gpus")
+    if gpus and len(gpus.get("numa", gpus["bus_ids"])) != len(gpus["bus_ids"]):
+        raise LabError(f"profile {name}: gpus.numa must have one entry per bus id")
+    return data
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _pci_device(sys_dir: Path, bdf: str, vendor: str, device: str, kind: str, subsystem: str | None,
+                numa: int, driver: str | None) -> None:
+    domain, bus = bdf.split(":")[:2]
+    real = sys_dir / f"devices/pci{domain}:{bus}" / bdf
+    sub_vendor, _sep, sub_device = (subsystem or f"{vendor}:0000").partition(":")
+    for name, value in (
+        ("vendor", f"0x{vendor}"),
+        ("device", f"0x{device}"),
+        ("class", _CLASS[kind]),
+        ("subsystem_vendor", f"0x{sub_vendor}"),
+        ("subsystem_device", f"0x{sub_device}"),
+        ("numa_node", str(numa)),
+    ):
+        _write(real / name, value + "\n")
+    if driver:
+        (sys_dir / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (real / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
+    link = sys_dir / "bus/pci/devices" / bdf
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(f"../../../devices/pci{domain}:{bus}/{bdf}")
+
+
+def gpu_uuid(machine: str, index: int) -> str:
+    """A stable, distinct GPU UUID per machine and index, in NVML's format."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{machine}.gpu{index}.gpuops-lab"))
+
+
+def nvml_conf(profile: dict, machine: str) -> str:
+    """The fake NVML's answers for this profile (format: see fake_nvml.c)."""
+    driver = profile.get("driver") or {}
+    cuda_major, _sep, cuda_minor = str(driver.get("cuda", "0.0")).partition(".")
+    lines = [
+        f"driver_loaded={1 if driver.get('loaded') else 0}",
+        f"driver_version={driver.get('version', '')}",
+        f"nvml_version={driver.get('nvml_version', '')}",
+        f"cuda_version={int(cuda_major) * 1000 + int(cuda_minor or 0) * 10}",
+    ]
+    gpus = profile.get("gpus")
+    if gpus:
+        cc_major, _sep, cc_minor = str(gpus["compute_capability"]).partition(".")
+        sub_vendor, _sep, sub_device = gpus.get("subsystem", "10de:0000").partition(":")
+        mig_enabled = gpus.get("mig_enabled") or []
+        for i, bdf in enumerate(gpus["bus_ids"]):
+            domain, rest = bdf.split(":", 1)
+            enabled = 1 if i < len(mig_enabled) and mig_enabled[i] else 0
+            fields = [
+                # NVML writes the bus id with an eight-digit domain, in upper case.
+                i, gpu_uuid(machine, i), gpus["name"], f"{int(domain, 16):08X}:{rest.upper()}",
+                f"{gpus['device_id']}10de", f"{sub_device}{sub_vendor}", gpus["memory_mib"], cc_major, cc_minor or 0,
+                1, 1 if gpus.get("mig_capable") else 0, enabled, enabled,
+            ]
+            lines.append("gpu=" + "|".join(str(f) for f in fields))
+            for entry in gpus.get("mig_profiles") or []:
+                lines.append(f"profile={i}|" + "|".join(entry.split()))
+    return "\n".join(lines) + "\n"
+
+
+def build_fake_nvml(cache: Path) -> Path:
+    """Compile the fake NVML once per source version; return the cached library."""
+    digest = hashlib.sha256(FAKE_NVML_SOURCE.read_bytes()).hexdigest()[:12]
+    lib = cache / f"fake-nvml-{digest}" / "libnvidia-ml.so.1"
+    if lib.exists():
+        return lib
+    if shutil.which("gcc") is None:
+        raise LabError("gcc not found: the lab builds its simulated NVML library with it ('make lab-deps')")
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    tmp = lib.with_suffix(".tmp")
+    res = subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(tmp), str(FAKE_NVML_SOURCE), "-ldl"],
+        capture_output=True, text=True, check=False,
+    )
+    if res.returncode != 0:
+        raise LabError(f"building the simulated NVML failed: {res.stderr.strip().splitlines()[-1] if res.stderr else res.returncode}")
+    tmp.replace(lib)
+    return lib
+
+
+def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str, nvml_library: Path | None) -> None:
+    """Write the profile's hardware tree under dest (replacing what was there)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    sys_dir, proc_dir = dest / "sys", dest / "proc"
+    (sys_dir / "bus/pci/devices").mkdir(parents=True)
+    gpus = profile.get("gpus")
+    if gpus:
+        numa = gpus.get("numa") or [0] * len(gpus["bus_ids"])
+        for bdf, node in zip(gpus["bus_ids"], numa, strict=True):
+            driver = gpus.get("driver") or ("nvidia" if (profile.get("driver") or {}).get("loaded") else None)
+            _pci_device(sys_dir, bdf, "10de", gpus["device_id"], "gpu", gpus.get("subsystem"), node, driver)
+    for key, kind, vendor in (("nvswitches", "nvswitch", "10de"), ("nics", "nic", "15b3")):
+        group = profile.get(key)
+        if group:
+            for bdf in group["bus_ids"]:
+                driver = "mlx5_core" if kind == "nic" else None
+                _pci_device(sys_dir, bdf, vendor, group["device_id"], kind, None, 0, driver)
+    secure_boot = profile.get("secure_boot", "disabled")
+    if secure_boot != "not_efi":
+        value = b"\x06\x00\x00\x00" + (b"\x01" if secure_boot == "enabled" else b"\x00")
+        var = sys_dir / "firmware/efi/efivars" / SECURE_BOOT_VAR
+        var.parent.mkdir(parents=True)
+        var.write_bytes(value)
+    modules = profile.get("modules") or []
+    _write(proc_dir / "modules", "".join(f"{m} 65536 0 - Live 0x0000000000000000\n" for m in modules))
+    _write(proc_dir / "sys/kernel/osrelease", kernel_release + "\n")
+    driver = profile.get("driver") or {}
+    if driver.get("loaded"):
+        kind = "Open Kernel Module for x86_64" if driver.get("flavour") == "open" else "x86_64 Kernel Module"
+        _write(proc_dir / "driver/nvidia/version", f"NVRM version: NVIDIA UNIX {kind}  {driver['version']}  Release Build\n")
+    if gpus and nvml_library is not None:
+        (dest / "nvml").mkdir()
+        shutil.copy2(nvml_library, dest / "nvml/libnvidia-ml.so.1")
+        _write(dest / "nvml/nvml.conf", nvml_conf(profile, machine))

@@ -1,0 +1,163 @@
+"""Each lab hardware profile, read back by gpu_info's own code through the simulated sysfs and NVML.
+
+This is where the labels are compared with GFD's rules by hand: product names sanitised, family from
+the compute capability, counts and memory from the profile.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
+
+from tests.lab.errors import LabError
+from tests.lab.hardware import build_fake_nvml, load_profile, nvml_conf, profile_names, write_hardware
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory):
+    return build_fake_nvml(tmp_path_factory.mktemp("nvml-cache"))
+
+
+def read(profile: str, tmp_path, fake_nvml, **kwargs):
+    hw = tmp_path / "hw"
+    write_hardware(load_profile(profile), hw, "m1", "6.8.0-45-generic", fake_nvml)
+    lib = hw / "nvml/libnvidia-ml.so.1"
+    return collect(str(hw), str(lib) if lib.exists() else None, kwargs.get("sharing", {}), kwargs.get("mig", "none"))
+
+
+EXPECTED = {
+    # profile: (gpus, nvswitches, nics, architectures, module type, fabric manager, nvml status, nouveau, secure boot)
+    "hgx-h100": (8, 4, 8, ["hopper"], "open", True, "ok", False, "disabled"),
+    "a100-pcie-mig": (2, 0, 0, ["ampere"], "open", False, "ok", False, "disabled"),
+    "l40s": (4, 0, 0, ["ada-lovelace"], "open", False, "driver_not_loaded", True, "disabled"),
+    "hgx-b200": (8, 0, 8, ["blackwell"], "open", True, "ok", False, "disabled"),
+    "gh200": (1, 0, 1, ["hopper"], "open", False, "ok", False, "enabled"),
+    "v100": (4, 0, 0, ["volta"], "proprietary", False, "ok", False, "disabled"),
+    "no-gpu": (0, 0, 0, [], None, False, "library_not_found", False, "not_efi"),
+}
+
+
+def test_every_profile_has_an_expectation():
+    assert sorted(EXPECTED) == profile_names()
+
+
+@pytest.mark.parametrize("profile", sorted(EXPECTED))
+def test_profile_reads_back(profile, tmp_path, fake_nvml, monkeypatch):
+    if profile == "no-gpu":
+        # No NVIDIA library anywhere: make the default name unloadable, as on a machine without one.
+        monkeypatch.setattr("ansible_collections.gpuops.nvidia.plugins.module_utils.nvml.DEFAULT_LIBRARY", "libnvidia-ml-absent.so.1")
+        import pynvml
+
+        monkeypatch.setattr(pynvml, "nvmlLib", None)
+        monkeypatch.setattr(pynvml, "CDLL", _refuse)
+    gpus, switches, nics, archs, module_type, fm, status, nouveau, secure_boot = EXPECTED[profile]
+    info = read(profile, tmp_path, fake_nvml)
+    assert info["summary"]["gpu_count"] == gpus
+    assert info["summary"]["nvswitch_count"] == switches
+    assert info["summary"]["network_count"] == nics
+    assert info["summary"]["architectures"] == archs
+    assert info["derived"]["kernel_module_type"]["type"] == module_type
+    assert info["derived"]["fabric_manager"]["required"] is fm
+    assert info["nvml"]["status"] == status, info["nvml"]["error"]
+    assert info["node"]["modules"]["nouveau"] is nouveau
+    assert info["node"]["secure_boot"] == secure_boot
+    assert info["node"]["kernel"]["running"] == "6.8.0-45-generic"
+    if status == "ok":
+        assert [g["bus_id"] for g in info["nvml"]["gpus"]] == [g["bus_id"] for g in info["pci"]["gpus"]]
+        assert len({g["uuid"] for g in info["nvml"]["gpus"]}) == gpus
+
+
+def _refuse(*_args, **_kwargs):
+    raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+
+def test_hgx_h100_labels(tmp_path, fake_nvml):
+    labels = read("hgx-h100", tmp_path, fake_nvml)["derived"]["labels"]
+    assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/gpu.")} == {
+        "nvidia.com/gpu.mode": "compute",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81559",
+        "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0",
+    }
+    assert labels["nvidia.com/cuda.driver-version.full"] == "550.54.15"
+    assert labels["nvidia.com/cuda.runtime-version.full"] == "12.4"
+    assert labels["nvidia.com/mig.capable"] == "true"
+
+
+def test_hgx_h100_mig_profiles_from_nvml(tmp_path, fake_nvml):
+    gpu = read("hgx-h100", tmp_path, fake_nvml)["nvml"]["gpus"][0]
+    names = [p["name"] for p in gpu["mig"]["profiles"]]
+    assert names == ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"]
+    assert gpu["mig"]["profiles"][0]["instances"] == 7
+    assert gpu["bus_id"] == "0000:18:00.0"
+    assert gpu["persistence_mode"] is True
+
+
+def test_a100_mig_mode_per_gpu(tmp_path, fake_nvml):
+    gpus = read("a100-pcie-mig", tmp_path, fake_nvml)["nvml"]["gpus"]
+    assert [(g["mig"]["capable"], g["mig"]["current"]) for g in gpus] == [(True, True), (True, False)]
+
+
+def test_l40s_without_driver_labels_from_the_pci_table(tmp_path, fake_nvml):
+    info = read("l40s", tmp_path, fake_nvml)
+    assert info["derived"]["labels_source"] == "pci"
+    labels = info["derived"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"
+    assert labels["nvidia.com/gpu.family"] == "ada-lovelace"
+    assert labels["nvidia.com/gpu.count"] == "4"
+    assert "nvidia.com/gpu.memory" not in labels  # unknown until the driver answers
+    assert [g["driver"] for g in info["pci"]["gpus"]] == ["nouveau"] * 4
+
+
+def test_v100_labels_and_time_slicing(tmp_path, fake_nvml):
+    labels = read("v100", tmp_path, fake_nvml, sharing={"strategy": "time-slicing", "replicas": 4})["derived"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-16GB-SHARED"
+    assert labels["nvidia.com/gpu.family"] == "volta"
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/mig.capable"] == "false"
+
+
+def test_b200_nvlink5_fabric_manager_reason(tmp_path, fake_nvml):
+    fm = read("hgx-b200", tmp_path, fake_nvml)["derived"]["fabric_manager"]
+    assert fm["nvlink5"] is True and "8x NVIDIA B200" in fm["reason"]
+
+
+def test_gh200_reads_a_non_zero_pci_domain(tmp_path, fake_nvml):
+    info = read("gh200", tmp_path, fake_nvml)
+    assert info["pci"]["gpus"][0]["bus_id"] == "0009:01:00.0"
+    assert info["nvml"]["gpus"][0]["bus_id"] == "0009:01:00.0"
+    assert info["derived"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GH200-480GB"
+
+
+def test_nvml_conf_bus_ids_are_nvml_formatted():
+    conf = nvml_conf(load_profile("gh200"), "m1")
+    assert "|00000009:01:00.0|" in conf
+
+
+def test_unknown_profile_is_named():
+    with pytest.raises(LabError, match=r"unknown hardware profile 'dgx-z' \(known: a100-pcie-mig, gh200"):
+        load_profile("dgx-z")
+
+
+@pytest.mark.parametrize(
+    ("root", "message"),
+    [("/nonexistent-root", "root '/nonexistent-root' is not a directory"), ("/proc/self", "has no sys/ directory")],
+)
+def test_bad_root_is_named(root, message):
+    with pytest.raises(ValueError, match=message):
+        collect(root, None, {}, "none")
+
+
+def test_an_eight_gpu_node_reads_in_well_under_a_second(tmp_path, fake_nvml):
+    import time
+
+    hw = tmp_path / "hw"
+    write_hardware(load_profile("hgx-h100"), hw, "m1", "6.8.0-45-generic", fake_nvml)
+    start = time.perf_counter()
+    collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"), {}, "none")
+    assert time.perf_counter() - start < 0.5
