@@ -123,12 +123,15 @@ def secure_boot_state(root: str) -> str:
 
 
 def kernel_state(root: str, filesystem_root: str = "/") -> dict[str, object]:
-    """The running kernel (procfs under root) and the kernels installed in the file system."""
+    """The running kernel (procfs under root), the kernels installed, and whether the running one's headers are."""
+    modules_dir = os.path.join(filesystem_root, "lib/modules")
     try:
-        installed = sorted(os.listdir(os.path.join(filesystem_root, "lib/modules")))
+        installed = sorted(os.listdir(modules_dir))
     except OSError:
         installed = []
-    return {"running": _read(os.path.join(root, "proc/sys/kernel/osrelease")), "installed": installed}
+    running = _read(os.path.join(root, "proc/sys/kernel/osrelease"))
+    headers = bool(running) and os.path.isdir(os.path.join(modules_dir, str(running), "build"))
+    return {"running": running, "installed": installed, "headers_installed": headers}
 
 
 def is_image_build(filesystem_root: str = "/") -> bool:

@@ -22,8 +22,8 @@ from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_ma
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = REPO / "inventories/lab/hosts.yml"
-# One machine per distribution: what `make lab-up` and `make demo` boot.
-DEFAULT_MACHINES = ("lab-noble=noble", "lab-jammy=jammy", "lab-bookworm=bookworm")
+# One machine per distribution, each with simulated GPUs: what `make lab-up` and `make demo` boot.
+DEFAULT_MACHINES = ("lab-noble=noble:hgx-h100", "lab-jammy=jammy:a100-pcie-mig", "lab-bookworm=bookworm:v100")
 HOST_TOOLS = ("systemd-nspawn", "ssh", "ssh-keygen", "tar", "zstd")
 
 

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.preflight import findings, report_lines
+
+from tests.lab.hardware import build_fake_nvml, load_profile, write_hardware
+
+DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
+
+
+@pytest.fixture(scope="module")
+def info_of(tmp_path_factory):
+    lib = build_fake_nvml(tmp_path_factory.mktemp("cache"))
+    cache: dict[str, dict] = {}
+
+    def read(profile: str) -> dict:
+        if profile not in cache:
+            hw = tmp_path_factory.mktemp(profile)
+            write_hardware(load_profile(profile), hw, "m", "6.8.0-45-generic", lib)
+            nvml = hw / "nvml/libnvidia-ml.so.1"
+            cache[profile] = collect(str(hw), str(nvml) if nvml.exists() else None, {}, "none")
+        return cache[profile]
+
+    return read
+
+
+def ids(found, severity="blocker"):
+    return [f["id"] for f in found if f["severity"] == severity]
+
+
+@pytest.mark.parametrize(
+    ("profile", "distro", "settings", "blockers"),
+    [
+        ("hgx-h100", ("Ubuntu", "24"), DEFAULTS, []),
+        ("hgx-h100", ("Ubuntu", "24"), {**DEFAULTS, "fabricmanager_enabled": False}, ["fabric_manager_disabled"]),
+        ("hgx-h100", ("Ubuntu", "24"), {"driver_method": "containerized", "fabricmanager_enabled": False}, []),
+        ("hgx-b200", ("Ubuntu", "24"), {**DEFAULTS, "fabricmanager_enabled": False}, ["fabric_manager_disabled"]),
+        ("l40s", ("Debian", "12"), DEFAULTS, ["nouveau_loaded"]),
+        ("l40s", ("Debian", "12"), {**DEFAULTS, "driver_method": "none"}, []),
+        ("gh200", ("Ubuntu", "24"), DEFAULTS, []),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "dkms"}, ["secure_boot_unsigned", "kernel_headers_missing"]),
+        ("v100", ("Ubuntu", "22"), DEFAULTS, []),
+        ("a100-pcie-mig", ("CentOS", "7"), DEFAULTS, ["unsupported_distribution"]),
+    ],
+)
+def test_blockers(info_of, profile, distro, settings, blockers):
+    assert ids(findings(info_of(profile), *distro, settings)) == blockers
+
+
+def test_no_gpu_is_a_warning_not_a_blocker(info_of):
+    found = findings(info_of("no-gpu"), "Ubuntu", "24", DEFAULTS)
+    assert ids(found) == [] and ids(found, "warning") == ["no_gpu"]
+
+
+def test_nouveau_finding_names_the_bound_gpus_and_the_fix(info_of):
+    (f,) = findings(info_of("l40s"), "Debian", "12", DEFAULTS)
+    assert "bound to 0000:4a:00.0, 0000:61:00.0, 0000:ca:00.0, 0000:e1:00.0" in f["message"]
+    assert "gpuops.nvidia.nouveau" in f["fix"]
+
+
+def test_mixed_module_types_block(info_of):
+    info = info_of("v100")
+    mixed = {**info, "derived": {**info["derived"], "kernel_module_type": {"type": None, "reason": None, "error": "mix"}}}
+    assert ids(findings(mixed, "Ubuntu", "24", DEFAULTS)) == ["mixed_module_types"]
+
+
+def test_unknown_driver_method_is_named(info_of):
+    with pytest.raises(ValueError, match="driver method 'runfile' is not one of precompiled, dkms, containerized, none"):
+        findings(info_of("v100"), "Ubuntu", "24", {"driver_method": "runfile"})
+
+
+def test_report_says_what_is_there_what_will_happen_and_what_blocks(info_of):
+    info = info_of("hgx-h100")
+    found = findings(info, "Ubuntu", "24", {**DEFAULTS, "fabricmanager_enabled": False})
+    lines = report_lines("gpu1", info, found)
+    assert lines[0] == "== gpu1 =="
+    assert lines[1] == "GPUs: 8x NVIDIA H100 80GB HBM3 (hopper)"
+    assert "NVSwitches: 4; NVIDIA NICs: 8" in lines
+    assert any(line.startswith("Will use: open kernel modules") for line in lines)
+    assert any(line.startswith("BLOCKER fabric_manager_disabled:") and "Fix:" in line for line in lines)
+    assert "Nothing blocks the install." not in lines
