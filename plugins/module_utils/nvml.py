@@ -66,30 +66,29 @@ def _call(name: str, *args: object) -> int:
     return ret
 
 
+def _pair(name: str, handle: object, ctype: type) -> tuple[int, int]:
+    """A device entry point with two outputs, through the binding's wrapper or, lacking one, by name."""
+    if hasattr(pynvml, name):
+        first, second = getattr(pynvml, name)(handle)
+        return int(first), int(second)
+    a, b = ctype(), ctype()
+    _call(name, handle, ctypes.byref(a), ctypes.byref(b))
+    return int(a.value), int(b.value)
+
+
 def _compute_capability(handle: object) -> str:
-    if hasattr(pynvml, "nvmlDeviceGetCudaComputeCapability"):
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-    else:
-        c_major, c_minor = ctypes.c_int(), ctypes.c_int()
-        _call("nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(c_major), ctypes.byref(c_minor))
-        major, minor = c_major.value, c_minor.value
+    major, minor = _pair("nvmlDeviceGetCudaComputeCapability", handle, ctypes.c_int)
     return f"{major}.{minor}"
 
 
 def _mig_mode(handle: object) -> tuple[int, int] | None:
     """(current, pending), or None when the GPU cannot do MIG."""
     try:
-        if hasattr(pynvml, "nvmlDeviceGetMigMode"):
-            current, pending = pynvml.nvmlDeviceGetMigMode(handle)
-        else:
-            c_cur, c_pend = ctypes.c_uint(), ctypes.c_uint()
-            _call("nvmlDeviceGetMigMode", handle, ctypes.byref(c_cur), ctypes.byref(c_pend))
-            current, pending = c_cur.value, c_pend.value
+        return _pair("nvmlDeviceGetMigMode", handle, ctypes.c_uint)
     except pynvml.NVMLError as exc:
         if _code(exc) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
             return None
         raise
-    return int(current), int(pending)
 
 
 def _profiles(handle: object) -> list[dict[str, object]]:

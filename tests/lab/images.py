@@ -27,13 +27,17 @@ NSPAWN_COMMON = ("--register=no", "--keep-unit", "--resolv-conf=replace-host")
 _IMAGE_RE = re.compile(r"^(?P<name>[a-z0-9]+)-(?P<recipe>[0-9a-f]{12})-(?P<date>\d{8})\.tar\.zst$")
 
 
-def cache_dir() -> Path:
-    """The cache directory, outside the repository: $GPUOPS_LAB_CACHE or ~/.cache/gpuops-lab."""
-    env = os.environ.get("GPUOPS_LAB_CACHE")
+def lab_dir(override: str, xdg: str, default: str) -> Path:
+    """$override if set, else $xdg (or ~/default) /gpuops-lab: where the lab keeps a kind of file."""
+    env = os.environ.get(override)
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpuops-lab"
+    return Path(os.environ.get(xdg) or str(Path.home() / default)) / "gpuops-lab"
+
+
+def cache_dir() -> Path:
+    """The cache directory, outside the repository: $GPUOPS_LAB_CACHE or ~/.cache/gpuops-lab."""
+    return lab_dir("GPUOPS_LAB_CACHE", "XDG_CACHE_HOME", ".cache")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from .distros import get_distro
 from .errors import LabError
 from .hardware import HW_PATH, build_fake_nvml, load_profile, write_hardware
-from .images import NSPAWN_COMMON, cache_dir, ensure_images
+from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
 
 DEFAULT_BASE_PORT = 2221
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -74,11 +74,7 @@ def remove_cgroup(path: Path) -> None:
 
 def state_dir() -> Path:
     """Where running machines live: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab."""
-    env = os.environ.get("GPUOPS_LAB_STATE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local/state")
-    return Path(base) / "gpuops-lab"
+    return lab_dir("GPUOPS_LAB_STATE", "XDG_STATE_HOME", ".local/state")
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,20 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *h, unsigned int *current, unsigned int *
     return NVML_SUCCESS;
 }
 
+/* The v1 and v2 layouts differ (v2 starts with a version and aligns differently), their fields do not. */
+#define FILL_PROFILE_INFO(info, p) do { \
+    (info)->id = (p)->id; \
+    (info)->sliceCount = (p)->slices; \
+    (info)->instanceCount = (p)->instances; \
+    (info)->multiprocessorCount = (p)->sms; \
+    (info)->copyEngineCount = (p)->ce; \
+    (info)->decoderCount = (p)->dec; \
+    (info)->encoderCount = (p)->enc; \
+    (info)->jpegCount = (p)->jpeg; \
+    (info)->ofaCount = (p)->ofa; \
+    (info)->memorySizeMB = (p)->memory_mb; \
+} while (0)
+
 static struct fake_profile *find_profile(void *h, unsigned int profile) {
     if (profile >= MAX_PROFILES || !GPU(h)->mig_capable || !GPU(h)->profiles[profile].used) return NULL;
     return &GPU(h)->profiles[profile];
@@ -280,16 +294,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(void *h, unsigned int profile,
     unsigned int version = info->version;
     memset(info, 0, sizeof *info);
     info->version = version;
-    info->id = p->id;
-    info->sliceCount = p->slices;
-    info->instanceCount = p->instances;
-    info->multiprocessorCount = p->sms;
-    info->copyEngineCount = p->ce;
-    info->decoderCount = p->dec;
-    info->encoderCount = p->enc;
-    info->jpegCount = p->jpeg;
-    info->ofaCount = p->ofa;
-    info->memorySizeMB = p->memory_mb;
+    FILL_PROFILE_INFO(info, p);
     snprintf(info->name, sizeof info->name, "MIG %s", p->name);
     return NVML_SUCCESS;
 }
@@ -300,15 +305,6 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void *h, unsigned int profile, 
     struct fake_profile *p = find_profile(h, profile);
     if (!p) return NVML_ERROR_NOT_SUPPORTED;
     memset(info, 0, sizeof *info);
-    info->id = p->id;
-    info->sliceCount = p->slices;
-    info->instanceCount = p->instances;
-    info->multiprocessorCount = p->sms;
-    info->copyEngineCount = p->ce;
-    info->decoderCount = p->dec;
-    info->encoderCount = p->enc;
-    info->jpegCount = p->jpeg;
-    info->ofaCount = p->ofa;
-    info->memorySizeMB = p->memory_mb;
+    FILL_PROFILE_INFO(info, p);
     return NVML_SUCCESS;
 }
