@@ -161,3 +161,49 @@ def test_an_eight_gpu_node_reads_in_well_under_a_second(tmp_path, fake_nvml):
     start = time.perf_counter()
     collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"), {}, "none")
     assert time.perf_counter() - start < 0.5
+
+
+def _versions(driver: str, cuda: str) -> dict[str, str]:
+    major, minor, *rest = driver.split(".")
+    cmajor, cminor = cuda.split(".")
+    rev = rest[0] if rest else ""
+    return {
+        "nvidia.com/cuda.driver-version.major": major, "nvidia.com/cuda.driver-version.minor": minor,
+        "nvidia.com/cuda.driver-version.revision": rev, "nvidia.com/cuda.driver-version.full": driver,
+        "nvidia.com/cuda.driver.major": major, "nvidia.com/cuda.driver.minor": minor, "nvidia.com/cuda.driver.rev": rev,
+        "nvidia.com/cuda.runtime-version.major": cmajor, "nvidia.com/cuda.runtime-version.minor": cminor,
+        "nvidia.com/cuda.runtime-version.full": cuda, "nvidia.com/cuda.runtime.major": cmajor, "nvidia.com/cuda.runtime.minor": cminor,
+    }
+
+
+def _gpu(product, count, memory, family, major, minor, mig_capable, mode="compute"):
+    labels = {
+        "nvidia.com/gpu.mode": mode, "nvidia.com/mig.capable": mig_capable, "nvidia.com/mps.capable": "false",
+        "nvidia.com/gpu.product": product, "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/gpu.count": count, "nvidia.com/gpu.family": family,
+        "nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor,
+    }
+    if memory:
+        labels["nvidia.com/gpu.memory"] = memory
+    return labels
+
+
+# Written out by hand from GFD's rules (product: drop characters outside [A-Za-z0-9-_. ], spaces to '-';
+# family from the compute capability; memory in MiB from NVML, absent before the driver answers).
+PROFILE_LABELS = {
+    "hgx-h100": {**_versions("550.54.15", "12.4"), **_gpu("NVIDIA-H100-80GB-HBM3", "8", "81559", "hopper", "9", "0", "true")},
+    "a100-pcie-mig": {**_versions("535.183.01", "12.2"), **_gpu("NVIDIA-A100-80GB-PCIe", "2", "81920", "ampere", "8", "0", "true")},
+    "hgx-b200": {**_versions("570.133.20", "12.8"), **_gpu("NVIDIA-B200", "8", "183359", "blackwell", "10", "0", "true")},
+    "gh200": {**_versions("560.35.03", "12.6"), **_gpu("NVIDIA-GH200-480GB", "1", "97871", "hopper", "9", "0", "true")},
+    "v100": {**_versions("535.183.01", "12.2"), **_gpu("Tesla-V100-SXM2-16GB", "4", "16384", "volta", "7", "0", "false")},
+    # No driver: the collection's device table names the part; no version or memory labels, and MIG
+    # capability is unknown until NVML answers.
+    "l40s": {**_gpu("NVIDIA-L40S", "4", None, "ada-lovelace", "8", "9", "false")},
+    "no-gpu": {},
+}
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILE_LABELS))
+def test_each_profiles_label_set(profile, tmp_path, fake_nvml):
+    assert sorted(PROFILE_LABELS) == profile_names()
+    assert read(profile, tmp_path, fake_nvml)["derived"]["labels"] == PROFILE_LABELS[profile]
