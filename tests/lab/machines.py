@@ -44,23 +44,41 @@ def ssh_option_args(*extra: str) -> list[str]:
 CGROUP_FS = Path("/sys/fs/cgroup")
 
 
-def own_systemd_cgroup(cgroup_fs: Path = CGROUP_FS, self_cgroup: str | None = None) -> Path | None:
-    """The directory of this process's cgroup in the hierarchy systemd uses (v2, or v1's name=systemd).
+def machine_cgroups(leaf: str, cgroup_fs: Path = CGROUP_FS, self_cgroup: str | None = None) -> list[Path]:
+    """The cgroups a machine's nspawn joins: `leaf` below this process's cgroup in every hierarchy systemd uses.
 
-    None when neither is mounted. self_cgroup is the text of /proc/self/cgroup (for tests).
+    A cgroup v2 host has one hierarchy. A v1 host has v1's name=systemd and, in systemd's hybrid
+    mode (which nspawn sets up for the machines), cgroup v2 at `unified`. self_cgroup is the text of
+    /proc/self/cgroup (for tests).
     """
     text = self_cgroup if self_cgroup is not None else Path("/proc/self/cgroup").read_text()
-    if (cgroup_fs / "cgroup.controllers").exists():
-        base, key = cgroup_fs, ""
-    elif (cgroup_fs / "systemd").is_dir():
-        base, key = cgroup_fs / "systemd", "name=systemd"
-    else:
-        return None
+    own = {}
     for line in text.splitlines():
         _hier, controllers, path = line.split(":", 2)
-        if controllers == key:
-            return base / path.lstrip("/")
-    return None
+        own[controllers] = path.lstrip("/")
+    if (cgroup_fs / "cgroup.controllers").exists():
+        return [cgroup_fs / own.get("", "") / leaf]
+    found = []
+    if (cgroup_fs / "systemd").is_dir() and "name=systemd" in own:
+        found.append(cgroup_fs / "systemd" / own["name=systemd"] / leaf)
+    if (cgroup_fs / "unified/cgroup.procs").exists() and "" in own:
+        found.append(cgroup_fs / "unified" / own[""] / leaf)
+    return found
+
+
+def ensure_unified_hierarchy(cgroup_fs: Path = CGROUP_FS) -> None:
+    """On a cgroup v1 host, mount cgroup v2 at `unified` as systemd-nspawn does for hybrid machines.
+
+    nspawn mounts it itself at the first boot; mounting it first lets every machine, the first
+    ones included, get a cgroup v2 subtree of its own.
+    """
+    unified = cgroup_fs / "unified"
+    if (cgroup_fs / "cgroup.controllers").exists() or (unified / "cgroup.procs").exists():
+        return
+    if not (cgroup_fs / "systemd").is_dir():
+        return
+    unified.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "cgroup2", "-o", "nosuid,nodev,noexec", "cgroup2", str(unified)], check=True)
 
 
 def remove_cgroup(path: Path) -> None:
@@ -111,8 +129,13 @@ def check_specs(specs: list[MachineSpec]) -> None:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something already listens on (or holds) host:port."""
+    """Whether something already listens on host:port.
+
+    SO_REUSEADDR as sshd uses it: connections of a machine stopped a moment ago, left in TIME_WAIT,
+    do not make the port busy.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -251,21 +274,21 @@ class Lab:
     def boot(self, machine: Machine) -> None:
         """Start systemd-nspawn in the background, in its own session and cgroup, and record its PID.
 
-        With --keep-unit, nspawn hands its own cgroup to the machine's systemd as the machine's
-        root. Machines started from the same cgroup would share that tree, and their systemd
-        instances remove each other's unit cgroups (units fail with 219/CGROUP on a cgroup v1
-        host), so each nspawn first moves into a cgroup of its own.
+        With --keep-unit, nspawn hands its own cgroups to the machine's systemd as the machine's
+        roots. Machines started from the same cgroup would share those trees, and their systemd
+        instances remove each other's unit cgroups (units fail with 219/CGROUP), so each nspawn
+        first moves into a cgroup of its own in every hierarchy systemd uses.
         """
         log = Path(machine.directory) / "console.log"
-        parent = own_systemd_cgroup()
-        cgroup = parent / f"gpuops-lab.{machine.name}.{machine.port}" if parent else None
-        if cgroup:
+        ensure_unified_hierarchy()
+        cgroups = machine_cgroups(f"gpuops-lab.{machine.name}.{machine.port}")
+        for cgroup in cgroups:
             remove_cgroup(cgroup)
             cgroup.mkdir()
-            machine.extra["cgroup"] = str(cgroup)
+        machine.extra["cgroups"] = ":".join(str(c) for c in cgroups)
 
         def enter_cgroup() -> None:
-            if cgroup:
+            for cgroup in cgroups:
                 (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
         cmd = [
@@ -331,8 +354,8 @@ class Lab:
         left = self.processes_inside(machine)
         if left:
             raise LabError(f"machine {machine.name}: processes {left} still run inside {machine.root}; not removing it")
-        if machine.extra.get("cgroup"):
-            remove_cgroup(Path(machine.extra["cgroup"]))
+        for cgroup in filter(None, machine.extra.get("cgroups", "").split(":")):
+            remove_cgroup(Path(cgroup))
         shutil.rmtree(machine.directory, ignore_errors=True)
 
     def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0) -> dict[str, Machine]:

@@ -91,28 +91,40 @@ def _free_base(count: int) -> int:
     raise RuntimeError("no free ports")
 
 
-V1_SELF = "9:name=systemd:/user.slice/session-1.scope\n4:memory:/x\n0::/\n"
+V1_SELF = "9:name=systemd:/user.slice/session-1.scope\n4:memory:/x\n0::/ci\n"
 V2_SELF = "0::/ci/job-7\n"
 
 
-def test_own_systemd_cgroup_on_a_v1_host(tmp_path):
-    from tests.lab.machines import own_systemd_cgroup
+def test_machine_cgroups_on_a_v1_host_without_cgroup2(tmp_path):
+    from tests.lab.machines import machine_cgroups
 
     (tmp_path / "systemd").mkdir()
-    assert own_systemd_cgroup(tmp_path, V1_SELF) == tmp_path / "systemd/user.slice/session-1.scope"
+    assert machine_cgroups("m", tmp_path, V1_SELF) == [tmp_path / "systemd/user.slice/session-1.scope/m"]
 
 
-def test_own_systemd_cgroup_on_a_v2_host(tmp_path):
-    from tests.lab.machines import own_systemd_cgroup
+def test_machine_cgroups_on_a_hybrid_v1_host_cover_both_hierarchies(tmp_path):
+    from tests.lab.machines import machine_cgroups
+
+    (tmp_path / "systemd").mkdir()
+    (tmp_path / "unified").mkdir()
+    (tmp_path / "unified/cgroup.procs").write_text("")
+    assert machine_cgroups("m", tmp_path, V1_SELF) == [
+        tmp_path / "systemd/user.slice/session-1.scope/m",
+        tmp_path / "unified/ci/m",
+    ]
+
+
+def test_machine_cgroups_on_a_v2_host(tmp_path):
+    from tests.lab.machines import machine_cgroups
 
     (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
-    assert own_systemd_cgroup(tmp_path, V2_SELF) == tmp_path / "ci/job-7"
+    assert machine_cgroups("m", tmp_path, V2_SELF) == [tmp_path / "ci/job-7/m"]
 
 
-def test_own_systemd_cgroup_without_a_hierarchy(tmp_path):
-    from tests.lab.machines import own_systemd_cgroup
+def test_machine_cgroups_without_a_hierarchy(tmp_path):
+    from tests.lab.machines import machine_cgroups
 
-    assert own_systemd_cgroup(tmp_path, V2_SELF) is None
+    assert machine_cgroups("m", tmp_path, V2_SELF) == []
 
 
 def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
@@ -132,3 +144,17 @@ def test_parse_machine_spec_with_a_profile():
 def test_parse_machine_spec_with_an_unknown_profile_names_it():
     with pytest.raises(LabError, match="unknown hardware profile 'hgx-z'"):
         parse_machine_spec("gpu1=jammy:hgx-z")
+
+
+def test_a_port_in_time_wait_is_free_for_sshd():
+    """sshd binds with SO_REUSEADDR: a port whose last connection is in TIME_WAIT is free for the next lab."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as sshd's listener does
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _addr = server.accept()
+        conn.close()  # the server side closes first, so its end goes to TIME_WAIT
+        client.close()
+    assert not port_in_use(port)
