@@ -85,11 +85,16 @@ static void copy_field(char *dst, size_t size, const char *src) {
     dst[n] = '\0';
 }
 
+/* Split "a|b|c" in place into at most max fields; return how many there were. */
+static int split_fields(char *value, char **fields, int max) {
+    int n = 0;
+    for (char *tok = strtok(value, "|"); tok && n < max; tok = strtok(NULL, "|")) fields[n++] = tok;
+    return n;
+}
+
 static void parse_gpu(char *value) {
     char *f[13];
-    int n = 0;
-    for (char *tok = strtok(value, "|"); tok && n < 13; tok = strtok(NULL, "|")) f[n++] = tok;
-    if (n != 13) return;
+    if (split_fields(value, f, 13) != 13) return;
     unsigned int i = (unsigned int)atoi(f[0]);
     if (i >= MAX_GPUS) return;
     struct fake_gpu *g = &gpus[i];
@@ -110,9 +115,7 @@ static void parse_gpu(char *value) {
 
 static void parse_profile(char *value) {
     char *f[13];
-    int n = 0;
-    for (char *tok = strtok(value, "|"); tok && n < 13; tok = strtok(NULL, "|")) f[n++] = tok;
-    if (n != 13) return;
+    if (split_fields(value, f, 13) != 13) return;
     unsigned int gi = (unsigned int)atoi(f[0]), p = (unsigned int)atoi(f[1]);
     if (gi >= MAX_GPUS || p >= MAX_PROFILES) return;
     struct fake_profile *pr = &gpus[gi].profiles[p];

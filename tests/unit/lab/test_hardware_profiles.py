@@ -71,24 +71,6 @@ def _refuse(*_args, **_kwargs):
     raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 
 
-def test_hgx_h100_labels(tmp_path, fake_nvml):
-    labels = read("hgx-h100", tmp_path, fake_nvml)["derived"]["labels"]
-    assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/gpu.")} == {
-        "nvidia.com/gpu.mode": "compute",
-        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.replicas": "1",
-        "nvidia.com/gpu.sharing-strategy": "none",
-        "nvidia.com/gpu.count": "8",
-        "nvidia.com/gpu.memory": "81559",
-        "nvidia.com/gpu.family": "hopper",
-        "nvidia.com/gpu.compute.major": "9",
-        "nvidia.com/gpu.compute.minor": "0",
-    }
-    assert labels["nvidia.com/cuda.driver-version.full"] == "550.54.15"
-    assert labels["nvidia.com/cuda.runtime-version.full"] == "12.4"
-    assert labels["nvidia.com/mig.capable"] == "true"
-
-
 def test_hgx_h100_mig_profiles_from_nvml(tmp_path, fake_nvml):
     gpu = read("hgx-h100", tmp_path, fake_nvml)["nvml"]["gpus"][0]
     names = [p["name"] for p in gpu["mig"]["profiles"]]
