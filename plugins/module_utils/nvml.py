@@ -26,6 +26,7 @@ _NOT_SUPPORTED = 3
 _INVALID_ARGUMENT = 2
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
+_FUNCTION_NOT_FOUND = 13
 _PROFILE_COUNT = 10  # NVML_GPU_INSTANCE_PROFILE_COUNT in the 535 headers; later ids answer NOT_SUPPORTED
 _PROFILE_INFO_V2 = 0x02000098
 
@@ -76,6 +77,17 @@ def _pair(name: str, handle: object, ctype: type) -> tuple[int, int]:
     return int(a.value), int(b.value)
 
 
+def _has_entry_point(name: str) -> bool:
+    """Whether the loaded library exports this entry point (older drivers lack the newer ones)."""
+    try:
+        pynvml._nvmlGetFunctionPointer(name)  # pylint: disable=protected-access
+    except pynvml.NVMLError as exc:
+        if _code(exc) == _FUNCTION_NOT_FOUND:
+            return False
+        raise
+    return True
+
+
 def _compute_capability(handle: object) -> str:
     major, minor = _pair("nvmlDeviceGetCudaComputeCapability", handle, ctypes.c_int)
     return f"{major}.{minor}"
@@ -94,24 +106,20 @@ def _mig_mode(handle: object) -> tuple[int, int] | None:
 def _profiles(handle: object) -> list[dict[str, object]]:
     """The GPU-instance profiles the GPU supports, with NVML's names (v2 info) where it has them."""
     profiles = []
+    # v2 carries NVML's profile name; drivers before it have only v1. One answer for every profile.
+    v2 = _has_entry_point("nvmlDeviceGetGpuInstanceProfileInfoV")
     for profile in range(_PROFILE_COUNT):
-        info: ctypes.Structure
+        info: ctypes.Structure = _ProfileInfoV2(version=_PROFILE_INFO_V2) if v2 else _ProfileInfoV1()
         try:
-            try:
-                info = _ProfileInfoV2(version=_PROFILE_INFO_V2)
-                _call("nvmlDeviceGetGpuInstanceProfileInfoV", handle, profile, ctypes.byref(info))
-                name = _text(info.name)
-                name = name[4:] if name.startswith("MIG ") else name
-            except pynvml.NVMLError as exc:
-                if _code(exc) not in (13,):  # FUNCTION_NOT_FOUND: an older driver, use v1
-                    raise
-                info = _ProfileInfoV1()
-                _call("nvmlDeviceGetGpuInstanceProfileInfo", handle, profile, ctypes.byref(info))
-                name = None
+            _call("nvmlDeviceGetGpuInstanceProfileInfoV" if v2 else "nvmlDeviceGetGpuInstanceProfileInfo",
+                  handle, profile, ctypes.byref(info))
         except pynvml.NVMLError as exc:
             if _code(exc) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
                 continue
             raise
+        name = _text(info.name) if v2 else None
+        if name and name.startswith("MIG "):
+            name = name[4:]
         profiles.append({
             "profile": profile,
             "id": info.id,

@@ -189,3 +189,13 @@ PROFILE_LABELS = {
 def test_each_profiles_label_set(profile, tmp_path, fake_nvml):
     assert sorted(PROFILE_LABELS) == profile_names()
     assert read(profile, tmp_path, fake_nvml)["derived"]["labels"] == PROFILE_LABELS[profile]
+
+
+def test_a_driver_without_the_v2_profile_call_reads_profiles_through_v1(tmp_path, fake_nvml, monkeypatch):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import nvml
+
+    v2 = read("hgx-h100", tmp_path / "v2", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
+    monkeypatch.setattr(nvml, "_has_entry_point", lambda name: name != "nvmlDeviceGetGpuInstanceProfileInfoV")
+    v1 = read("hgx-h100", tmp_path / "v1", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
+    assert [p["name"] for p in v1] == [None] * 7
+    assert [{**p, "name": None} for p in v2] == v1
