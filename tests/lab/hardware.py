@@ -139,8 +139,9 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
     gpus = profile.get("gpus")
     if gpus:
         numa = gpus.get("numa") or [0] * len(gpus["bus_ids"])
+        # Every GPU of a profile is bound to the same driver: the one planted, or nvidia when loaded.
+        driver = gpus.get("driver") or ("nvidia" if (profile.get("driver") or {}).get("loaded") else None)
         for bdf, node in zip(gpus["bus_ids"], numa, strict=True):
-            driver = gpus.get("driver") or ("nvidia" if (profile.get("driver") or {}).get("loaded") else None)
             _pci_device(sys_dir, bdf, "10de", gpus["device_id"], "gpu", gpus.get("subsystem"), node, driver)
     for key, kind, vendor in (("nvswitches", "nvswitch", "10de"), ("nics", "nic", "15b3")):
         group = profile.get(key)
