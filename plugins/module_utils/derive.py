@@ -4,11 +4,13 @@
 
 - which kernel module flavour (open or proprietary) the node's GPUs need,
 - whether the node needs NVIDIA Fabric Manager,
-- the node labels GPU Feature Discovery would set, in GFD's own value formats.
+- the node labels GPU Feature Discovery would set, in GFD's own value formats,
+- the MIG profile name of a GPU instance, as GFD and the MIG manager spell it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.hwdb import CLASS_3D, CLASS_VGA, OPEN_CAPABLE, OPEN_ONLY
@@ -18,6 +20,16 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 LEGACY_ARCHITECTURES = frozenset(("maxwell", "pascal", "volta"))
 # Blackwell data-center parts on NVLink5 HGX boards, whose NVSwitches are not PCI devices.
 NVLINK5_HGX_DEVICE_IDS = frozenset(("2901",))
+
+# NVML's GPU-instance profile enum (NVML_GPU_INSTANCE_PROFILE_*): slices and the name's attribute suffix.
+GPU_INSTANCE_PROFILES = {
+    0: (1, ""), 1: (2, ""), 2: (3, ""), 3: (4, ""), 4: (7, ""), 5: (8, ""), 6: (6, ""),
+    7: (1, "+me"), 8: (2, "+me"), 9: (1, ""),
+    10: (1, "+gfx"), 11: (2, "+gfx"), 12: (4, "+gfx"),
+    13: (1, "-me"), 14: (2, "-me"), 15: (1, "+me.all"), 16: (2, "+me.all"),
+}
+_MIB = 1024 * 1024
+_GIB = 1024 * _MIB
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 _SPACES = re.compile(r"\s+")
@@ -75,6 +87,26 @@ def fabric_manager_required(pci: dict) -> dict[str, object]:
     return {"required": False, "reason": "no NVSwitch and no NVLink5 HGX board", "nvlink5": False}
 
 
+def mig_memory_gb(memory_mb: int, device_memory_bytes: int) -> int:
+    """A MIG instance's memory in the profile name: its share of the GPU rounded up to eighths, in whole GB."""
+    fraction = math.ceil(memory_mb * _MIB / device_memory_bytes * 8) / 8
+    total_gb = (device_memory_bytes + _GIB - 1) // _GIB
+    return math.floor(fraction * total_gb + 0.5)
+
+
+def mig_profile_name(gi_profile: int, memory_mb: int, device_memory_bytes: int, ci_slices: int | None = None) -> str | None:
+    """The profile name ("1g.10gb", "1c.3g.40gb", "1g.10gb+me") of a GPU instance, or None for an unknown enum.
+
+    gi_profile is NVML's profile enum (the index nvmlDeviceGetGpuInstanceProfileInfo takes, not the
+    profile's id); ci_slices, when smaller than the GPU instance, names the compute instance too.
+    """
+    if gi_profile not in GPU_INSTANCE_PROFILES or device_memory_bytes <= 0:
+        return None
+    slices, suffix = GPU_INSTANCE_PROFILES[gi_profile]
+    name = f"{slices}g.{mig_memory_gb(memory_mb, device_memory_bytes)}gb{suffix}"
+    return f"{ci_slices}c.{name}" if ci_slices and ci_slices != slices else name
+
+
 def sanitise(*parts: str) -> str:
     """GFD's product value: each part stripped to [A-Za-z0-9-_. ], spaces to '-', parts joined by '-'."""
     return "-".join(_SPACES.sub("-", _UNSAFE.sub("", p).strip()) for p in parts)
@@ -129,9 +161,9 @@ def _sharing_labels(prefix: str, product: str, sharing: dict) -> dict[str, str]:
     }
 
 
-def _mig_device_labels(prefix: str, parent: str, devices: list[dict], sharing: dict) -> dict[str, str]:
+def _mig_device_labels(prefix: str, parent: str, profile: str, devices: list[dict], sharing: dict) -> dict[str, str]:
     first = devices[0]
-    labels = _sharing_labels(prefix, sanitise(parent, "MIG", str(first["profile"]).replace("+", ".")), sharing)
+    labels = _sharing_labels(prefix, sanitise(parent, "MIG", profile), sharing)
     labels[f"{prefix}.count"] = str(len(devices))
     labels[f"{prefix}.memory"] = str(first.get("memory_mib", 0))
     for key, value in (
@@ -187,8 +219,13 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
     if mig_strategy != "none":
         labels["nvidia.com/mig.strategy"] = mig_strategy
 
-    # Full-GPU labels.
-    full = _sharing_labels("nvidia.com/gpu", sanitise(model), sharing)
+    # Full-GPU labels. GPUs in MIG mode count but are labelled without sharing (replicas 0); a GPU
+    # not in MIG mode labels them with the sharing config, as GFD's full-GPU labeler overrides.
+    mig_gpus = [g for g in gpus if g.get("mig_enabled")]
+    unshared = {"strategy": "none", "replicas": 1}
+    full = _sharing_labels("nvidia.com/gpu", sanitise(model), unshared if len(mig_gpus) == len(gpus) else sharing)
+    if len(mig_gpus) == len(gpus):
+        full["nvidia.com/gpu.replicas"] = "0"
     full["nvidia.com/gpu.count"] = str(len(gpus))
     if first.get("memory_mib"):
         full["nvidia.com/gpu.memory"] = str(first["memory_mib"])
@@ -200,29 +237,25 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
         full["nvidia.com/gpu.compute.minor"] = minor or "0"
     labels.update(full)
 
-    mig_gpus = [g for g in gpus if g.get("mig_enabled")]
-    if mig_strategy == "mixed" and mig_gpus:
-        labels["nvidia.com/gpu.replicas"] = "0"
-        labels["nvidia.com/gpu.sharing-strategy"] = "none"
-        labels["nvidia.com/gpu.product"] = sanitise(model)
-        by_profile: dict[str, list[dict]] = {}
-        for g in mig_gpus:
-            for dev in g.get("mig_devices") or []:
-                by_profile.setdefault(str(dev["profile"]), []).append(dev)
+    by_profile: dict[str, list[dict]] = {}
+    for g in mig_gpus:
+        for dev in g.get("mig_devices") or []:
+            # The device plugin's resource name: the profile with '+' as '.', valid in a label key.
+            by_profile.setdefault(str(dev["profile"]).replace("+", "."), []).append(dev)
+    if mig_strategy == "mixed":
         for profile, devices in sorted(by_profile.items()):
-            labels.update(_mig_device_labels(f"nvidia.com/mig-{profile}", model, devices, sharing))
+            labels.update(_mig_device_labels(f"nvidia.com/mig-{profile}", model, profile, devices, sharing))
     elif mig_strategy == "single" and mig_gpus:
-        devices = [d for g in mig_gpus for d in g.get("mig_devices") or []]
-        profiles = {str(d["profile"]) for d in devices}
-        if len(mig_gpus) != len(gpus) or len(profiles) != 1:
-            # GFD's answer for a node that single strategy cannot describe.
+        empty = any(not g.get("mig_devices") for g in mig_gpus)
+        if empty or len(mig_gpus) != len(gpus) or len(by_profile) != 1:
+            # GFD's answer for a node that single strategy cannot describe: these four, the rest kept.
             labels.update({
                 "nvidia.com/gpu.product": sanitise(model, "MIG-INVALID"),
                 "nvidia.com/gpu.count": "0",
                 "nvidia.com/gpu.replicas": "0",
-                "nvidia.com/gpu.sharing-strategy": "",
                 "nvidia.com/gpu.memory": "0",
             })
         else:
-            labels.update(_mig_device_labels("nvidia.com/gpu", model, devices, sharing))
+            (profile, devices), = by_profile.items()
+            labels.update(_mig_device_labels("nvidia.com/gpu", model, profile, devices, sharing))
     return labels

@@ -32,7 +32,7 @@ def label_inputs(pci: dict, nvml: dict) -> tuple[list[dict], str]:
                 "pci_class": pci_gpu.get("class"),
                 "mig_capable": g["mig"]["capable"],
                 "mig_enabled": g["mig"]["current"],
-                "mig_devices": [],
+                "mig_devices": g["mig"]["devices"],
             })
         return gpus, "nvml"
     known = [g for g in pci["gpus"] if g.get("name")]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ctypes
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.derive import mig_profile_name
+
 try:
     import pynvml
 
@@ -23,11 +25,14 @@ except ImportError:
 DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 # NVML return codes the report tells apart.
 _NOT_SUPPORTED = 3
+_NOT_FOUND = 6
 _INVALID_ARGUMENT = 2
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
 _FUNCTION_NOT_FOUND = 13
-_PROFILE_COUNT = 10  # NVML_GPU_INSTANCE_PROFILE_COUNT in the 535 headers; later ids answer NOT_SUPPORTED
+# NVML_GPU_INSTANCE_PROFILE_COUNT in current headers; a driver that predates an id answers
+# INVALID_ARGUMENT or NOT_SUPPORTED for it, and it is skipped.
+_PROFILE_COUNT = 17
 _PROFILE_INFO_V2 = 0x02000098
 
 
@@ -42,6 +47,23 @@ class _ProfileInfoV1(ctypes.Structure):
 
 class _ProfileInfoV2(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint), *_ProfileInfoV1._fields_, ("name", ctypes.c_char * 96)]
+
+
+class _DeviceAttributes(ctypes.Structure):
+    _fields_ = [
+        ("multiprocessorCount", ctypes.c_uint), ("sharedCopyEngineCount", ctypes.c_uint),
+        ("sharedDecoderCount", ctypes.c_uint), ("sharedEncoderCount", ctypes.c_uint), ("sharedJpegCount", ctypes.c_uint),
+        ("sharedOfaCount", ctypes.c_uint), ("gpuInstanceSliceCount", ctypes.c_uint),
+        ("computeInstanceSliceCount", ctypes.c_uint), ("memorySizeMB", ctypes.c_ulonglong),
+    ]
+
+
+class _Placement(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
+
+
+class _GpuInstanceInfo(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_void_p), ("id", ctypes.c_uint), ("profileId", ctypes.c_uint), ("placement", _Placement)]
 
 
 def _text(value: object) -> str:
@@ -103,8 +125,8 @@ def _mig_mode(handle: object) -> tuple[int, int] | None:
         raise
 
 
-def _profiles(handle: object) -> list[dict[str, object]]:
-    """The GPU-instance profiles the GPU supports, with NVML's names (v2 info) where it has them."""
+def _profiles(handle: object, memory_bytes: int) -> list[dict[str, object]]:
+    """The GPU-instance profiles the GPU supports, named by NVML (v2 info) or, before v2, as GFD names them."""
     profiles = []
     # v2 carries NVML's profile name; drivers before it have only v1. One answer for every profile.
     v2 = _has_entry_point("nvmlDeviceGetGpuInstanceProfileInfoV")
@@ -120,6 +142,7 @@ def _profiles(handle: object) -> list[dict[str, object]]:
         name = _text(info.name) if v2 else None
         if name and name.startswith("MIG "):
             name = name[4:]
+        name = name or mig_profile_name(profile, info.memorySizeMB, memory_bytes)
         profiles.append({
             "profile": profile,
             "id": info.id,
@@ -134,22 +157,73 @@ def _profiles(handle: object) -> list[dict[str, object]]:
     return profiles
 
 
+def _mig_devices(handle: object, profiles: list[dict[str, object]], memory_bytes: int) -> list[dict[str, object]]:
+    """The MIG devices that exist on a GPU in MIG mode, each with the profile name GFD gives it.
+
+    As GFD does: the GPU instance's profile id, matched against the GPU's profile table, gives the
+    profile enum; the device's attributes give the memory and the compute-instance slices (which name
+    the same thing as the compute-instance profile GFD looks up).
+    """
+    enum_by_id = {p["id"]: p["profile"] for p in profiles}
+    count = ctypes.c_uint()
+    _call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
+    devices = []
+    for index in range(count.value):
+        mig = ctypes.c_void_p()
+        try:
+            _call("nvmlDeviceGetMigDeviceHandleByIndex", handle, index, ctypes.byref(mig))
+        except pynvml.NVMLError as exc:
+            if _code(exc) == _NOT_FOUND:
+                continue
+            raise
+        uuid = ctypes.create_string_buffer(96)
+        _call("nvmlDeviceGetUUID", mig, uuid, ctypes.c_uint(96))
+        attrs = _DeviceAttributes()
+        _call("nvmlDeviceGetAttributes_v2", mig, ctypes.byref(attrs))
+        gi_id, ci_id = ctypes.c_uint(), ctypes.c_uint()
+        _call("nvmlDeviceGetGpuInstanceId", mig, ctypes.byref(gi_id))
+        _call("nvmlDeviceGetComputeInstanceId", mig, ctypes.byref(ci_id))
+        gi, gi_info = ctypes.c_void_p(), _GpuInstanceInfo()
+        _call("nvmlDeviceGetGpuInstanceById", handle, gi_id, ctypes.byref(gi))
+        _call("nvmlGpuInstanceGetInfo", gi, ctypes.byref(gi_info))
+        enum = enum_by_id.get(gi_info.profileId)
+        devices.append({
+            "index": index,
+            "uuid": _text(uuid.value),
+            "profile": mig_profile_name(enum, attrs.memorySizeMB, memory_bytes, attrs.computeInstanceSliceCount)
+            if enum is not None else None,
+            "gpu_instance_id": gi_id.value,
+            "compute_instance_id": ci_id.value,
+            "memory_mib": attrs.memorySizeMB,
+            "multiprocessors": attrs.multiprocessorCount,
+            "slices_gi": attrs.gpuInstanceSliceCount,
+            "slices_ci": attrs.computeInstanceSliceCount,
+            "engines": {"copy": attrs.sharedCopyEngineCount, "decoder": attrs.sharedDecoderCount,
+                        "encoder": attrs.sharedEncoderCount, "jpeg": attrs.sharedJpegCount, "ofa": attrs.sharedOfaCount},
+        })
+    return devices
+
+
 def _gpu(index: int) -> dict[str, object]:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     mig = _mig_mode(handle)
+    memory_bytes = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    profiles = _profiles(handle, memory_bytes) if mig is not None else []
     return {
         "index": index,
         "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
         "name": _text(pynvml.nvmlDeviceGetName(handle)),
         "bus_id": normalise_bus_id(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)),
-        "memory_mib": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // (1024 * 1024),
+        "memory_mib": memory_bytes // (1024 * 1024),
         "compute_capability": _compute_capability(handle),
         "persistence_mode": pynvml.nvmlDeviceGetPersistenceMode(handle) == 1,
         "mig": {
             "capable": mig is not None,
             "current": bool(mig and mig[0]),
             "pending": bool(mig and mig[1]),
-            "profiles": _profiles(handle) if mig is not None else [],
+            "profiles": profiles,
+            # Only a GPU in MIG mode now has MIG devices.
+            "devices": _mig_devices(handle, profiles, memory_bytes) if mig and mig[0] else [],
         },
     }
 

@@ -62,6 +62,15 @@ def findings(gpu_info: dict, distribution: str, major_version: str, settings: di
             f"DKMS needs the headers of the running kernel {node['kernel']['running']}, and they are not installed",
             f"install the kernel headers package for {node['kernel']['running']}, or use the precompiled method",
         ))
+    loaded, recommended = node["modules"]["flavour"], derived["kernel_module_type"]["type"]
+    if loaded and recommended and loaded != recommended and method in ("precompiled", "dkms"):
+        found.append(_finding(
+            "module_type_differs", "warning",
+            f"the loaded nvidia kernel modules are {loaded}; the GPUs' recommended type is {recommended} "
+            f"({derived['kernel_module_type']['reason']})",
+            f"the driver role installs the {recommended} modules, which take effect after a reboot; "
+            f"to keep the {loaded} ones set gpuops_driver_kernel_module_type: {loaded}",
+        ))
     fm = derived["fabric_manager"]
     if fm["required"] and not settings.get("fabricmanager_enabled", True) and method != "containerized":
         found.append(_finding(

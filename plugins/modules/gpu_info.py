@@ -16,7 +16,8 @@ description:
     kernel driver, and each GPU's architecture from a curated device id table (unknown ids are reported as unknown).
   - From NVML through nvidia-ml-py, in one session, when the driver is loaded, the driver and CUDA driver
     versions and, per GPU, index, UUID, name, memory, compute capability, MIG capable/current/pending mode with
-    the supported GPU-instance profiles, and persistence mode. When the binding or the library is missing or
+    the supported GPU-instance profiles and, in MIG mode, the MIG devices that exist (UUID, profile name as GFD
+    spells it, memory, slices, engines), and persistence mode. When the binding or the library is missing or
     the driver is not loaded, C(nvml.status) says which and the PCI view is still returned.
   - Node state, the recommended kernel module type, whether Fabric Manager is required, and the node labels
     GPU Feature Discovery would set.
@@ -136,7 +137,22 @@ gpu_info:
         status: ok
         driver_version: 550.54.15
         cuda_driver_version: "12.4"
-        gpus: []
+        gpus:
+          - index: 0
+            uuid: GPU-4f0c1e7a-8d8e-5b1a-9a43-2f6c1d0e9b11
+            name: NVIDIA A100 80GB PCIe
+            bus_id: "0000:17:00.0"
+            memory_mib: 81920
+            compute_capability: "8.0"
+            persistence_mode: true
+            mig:
+              capable: true
+              current: true
+              pending: true
+              profiles: [{profile: 0, id: 19, name: 1g.10gb, instances: 7, slices: 1, memory_mib: 9728}]
+              devices:
+                - {index: 0, uuid: MIG-0c4b8e5e-3f0a-5d7b-8a1c-6f2e9d4a7b30, profile: 3g.40gb, gpu_instance_id: 1,
+                   compute_instance_id: 0, memory_mib: 40192, multiprocessors: 42, slices_gi: 3, slices_ci: 3}
     summary:
       description: Counts, architectures, whether the driver answered and whether any GPU can do MIG.
       type: dict

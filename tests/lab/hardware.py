@@ -15,6 +15,7 @@ library paths, so real driver packages installed later coexist with it.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import uuid
@@ -46,7 +47,52 @@ def load_profile(name: str) -> dict:
     gpus = data.get("gpus")
     if gpus and len(gpus.get("numa", gpus["bus_ids"])) != len(gpus["bus_ids"]):
         raise LabError(f"profile {name}: gpus.numa must have one entry per bus id")
+    if gpus:
+        mig_layout(gpus, name)
     return data
+
+
+def _mig_profile_table(gpus: dict) -> dict[str, dict]:
+    """The profile's MIG profile lines by name: index, id, slices, instances, ..., as fake_nvml.c reads them."""
+    table = {}
+    for entry in gpus.get("mig_profiles") or []:
+        fields = entry.split()
+        table[fields[-1]] = {"index": int(fields[0]), "id": int(fields[1]), "slices": int(fields[2]),
+                             "instances": int(fields[3])}
+    return table
+
+
+def mig_layout(gpus: dict, profile_name: str = "?") -> list[list[dict]]:
+    """The MIG devices of each GPU, checked as the hardware would check them.
+
+    `mig_devices` holds, per GPU, the GPU-instance profile names of its MIG devices, each with an
+    optional "<n>c." prefix for a compute instance of n slices (GFD's "1c.3g.40gb").
+    """
+    table = _mig_profile_table(gpus)
+    enabled = gpus.get("mig_enabled") or []
+    layout = []
+    for i, names in enumerate(gpus.get("mig_devices") or []):
+        where = f"profile {profile_name}: gpus.mig_devices[{i}]"
+        if names and not (i < len(enabled) and enabled[i]):
+            raise LabError(f"{where}: GPU {i} does not have MIG enabled (gpus.mig_enabled)")
+        devices, used = [], {}
+        for name in names:
+            ci, gi_name = re.fullmatch(r"(?:(\d+)c\.)?(.*)", str(name)).groups()
+            if gi_name not in table:
+                raise LabError(f"{where}: {name!r} is not one of this GPU's MIG profiles ({', '.join(table)})")
+            entry = table[gi_name]
+            ci_slices = int(ci) if ci else entry["slices"]
+            if not 1 <= ci_slices <= entry["slices"]:
+                raise LabError(f"{where}: {name!r} has a compute instance larger than its GPU instance")
+            used[gi_name] = used.get(gi_name, 0) + 1
+            if used[gi_name] > entry["instances"]:
+                raise LabError(f"{where}: more than {entry['instances']} instances of {gi_name}")
+            devices.append({"profile_index": entry["index"], "slices": entry["slices"], "ci_slices": ci_slices})
+        capacity = max((e["slices"] for e in table.values()), default=0)
+        if sum(d["slices"] for d in devices) > capacity:
+            raise LabError(f"{where}: the MIG devices need more than the GPU's {capacity} slices")
+        layout.append(devices)
+    return layout
 
 
 def _write(path: Path, text: str) -> None:
@@ -108,6 +154,12 @@ def nvml_conf(profile: dict, machine: str) -> str:
             lines.append("gpu=" + "|".join(str(f) for f in fields))
             for entry in gpus.get("mig_profiles") or []:
                 lines.append(f"profile={i}|" + "|".join(entry.split()))
+        for i, devices in enumerate(mig_layout(gpus)):
+            for slot, dev in enumerate(devices):
+                # GPU-instance ids start at 1 here, so a slot is never mistaken for an id; the first
+                # compute instance of a GPU instance has id 0, as in NVML.
+                mig_uuid = "MIG-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{machine}.gpu{i}.mig{slot}.gpuops-lab"))
+                lines.append(f"mig={i}|{slot}|{dev['profile_index']}|{dev['ci_slices']}|{slot + 1}|0|{mig_uuid}")
     return "\n".join(lines) + "\n"
 
 

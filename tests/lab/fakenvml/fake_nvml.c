@@ -13,6 +13,13 @@
  *   driver_version=550.54.15  nvml_version=12.550.54.15  cuda_version=12040
  *   gpu=INDEX|UUID|NAME|BUS_ID|PCI_DEVICE_ID|SUBSYS_ID|MEMORY_MIB|CC_MAJOR|CC_MINOR|PERSISTENCE|MIG_CAPABLE|MIG_CURRENT|MIG_PENDING
  *   profile=GPU_INDEX|PROFILE|ID|SLICES|INSTANCES|SMS|CE|DEC|ENC|JPEG|OFA|MEMORY_MB|NAME
+ *   mig=GPU_INDEX|SLOT|PROFILE|CI_SLICES|GI_ID|CI_ID|UUID
+ *                       (a MIG device: a GPU instance of that profile, holding one compute
+ *                        instance of CI_SLICES slices; SLOT is its MIG device index)
+ *
+ * Handles: a GPU handle points at its struct fake_gpu; a MIG device and its GPU instance are each a
+ * struct handle inside the struct fake_mig, so every handle can say what it is and which device it
+ * belongs to, and a handle of the wrong kind is refused.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,13 +33,15 @@ enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_UNKNOWN = 999,
 };
 
 #define MAX_GPUS 16
-#define MAX_PROFILES 16
+#define MAX_PROFILES 32
+#define MAX_MIG 8
 
 typedef struct {
     unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
@@ -64,11 +73,45 @@ struct fake_profile {
     char name[96];
 };
 
+typedef struct {
+    unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount;
+    unsigned int sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+typedef struct {
+    unsigned int start, size;
+} nvmlPlacement_t;
+
+typedef struct {
+    void *device;
+    unsigned int id, profileId;
+    nvmlPlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+enum handle_kind { KIND_GPU = 0x67707521, KIND_MIG, KIND_GI };
+
+struct fake_mig;
+struct handle {
+    unsigned int kind;
+    struct fake_mig *mig;
+};
+
+struct fake_mig {
+    int used;
+    unsigned int profile, ci_slices, gi_id, ci_id;
+    char uuid[96];
+    struct fake_gpu *parent;
+    struct handle device, gi;
+};
+
 struct fake_gpu {
+    unsigned int kind;
     char uuid[96], name[96], bus_id[32];
     unsigned int pci_device_id, subsys_id, cc_major, cc_minor, persistence, mig_capable, mig_current, mig_pending;
     unsigned long long memory_mib;
     struct fake_profile profiles[MAX_PROFILES];
+    struct fake_mig migs[MAX_MIG];
 };
 
 static struct fake_gpu gpus[MAX_GPUS];
@@ -133,6 +176,33 @@ static void parse_profile(char *value) {
     copy_field(pr->name, sizeof pr->name, f[12]);
 }
 
+static void parse_mig(char *value) {
+    char *f[7];
+    if (split_fields(value, f, 7) != 7) return;
+    unsigned int gi = (unsigned int)atoi(f[0]), slot = (unsigned int)atoi(f[1]);
+    if (gi >= MAX_GPUS || slot >= MAX_MIG) return;
+    struct fake_mig *m = &gpus[gi].migs[slot];
+    m->used = 1;
+    m->profile = (unsigned int)atoi(f[2]);
+    m->ci_slices = (unsigned int)atoi(f[3]);
+    m->gi_id = (unsigned int)atoi(f[4]);
+    m->ci_id = (unsigned int)atoi(f[5]);
+    copy_field(m->uuid, sizeof m->uuid, f[6]);
+}
+
+/* Point every handle at what it belongs to, once the whole file is read. */
+static void link_handles(void) {
+    for (unsigned int i = 0; i < MAX_GPUS; i++) {
+        gpus[i].kind = KIND_GPU;
+        for (unsigned int s = 0; s < MAX_MIG; s++) {
+            struct fake_mig *m = &gpus[i].migs[s];
+            m->parent = &gpus[i];
+            m->device = (struct handle){KIND_MIG, m};
+            m->gi = (struct handle){KIND_GI, m};
+        }
+    }
+}
+
 static int load_profile(void) {
     Dl_info info;
     char path[4096];
@@ -158,8 +228,10 @@ static int load_profile(void) {
         else if (!strcmp(key, "cuda_version")) cuda_version = atoi(value);
         else if (!strcmp(key, "gpu")) parse_gpu(value);
         else if (!strcmp(key, "profile")) parse_profile(value);
+        else if (!strcmp(key, "mig")) parse_mig(value);
     }
     fclose(fp);
+    link_handles();
     return 0;
 }
 
@@ -172,7 +244,14 @@ static nvmlReturn_t copy_out(char *dst, unsigned int length, const char *src) {
 
 #define NEED_INIT() do { if (!initialised) return NVML_ERROR_UNINITIALIZED; } while (0)
 #define GPU(h) ((struct fake_gpu *)(h))
-#define NEED_GPU(h) do { NEED_INIT(); if (!(h)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+#define NEED_GPU(h) do { NEED_INIT(); if (!(h) || GPU(h)->kind != KIND_GPU) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+/* The MIG device behind a handle of the given kind, or NULL. */
+static struct fake_mig *handle_mig(void *h, unsigned int kind) {
+    struct handle *hd = h;
+    return hd && hd->kind == kind ? hd->mig : NULL;
+}
+#define NEED_HANDLE(m, h, kind) struct fake_mig *m = handle_mig(h, kind); \
+    do { NEED_INIT(); if (!m) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
@@ -213,7 +292,13 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, void **device) {
 }
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, void **device) { return nvmlDeviceGetHandleByIndex_v2(index, device); }
 
-nvmlReturn_t nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) { NEED_GPU(h); return copy_out(uuid, length, GPU(h)->uuid); }
+nvmlReturn_t nvmlDeviceGetUUID(void *h, char *uuid, unsigned int length) {
+    NEED_INIT();
+    struct fake_mig *m = handle_mig(h, KIND_MIG);
+    if (m) return copy_out(uuid, length, m->uuid);
+    NEED_GPU(h);
+    return copy_out(uuid, length, GPU(h)->uuid);
+}
 nvmlReturn_t nvmlDeviceGetName(void *h, char *name, unsigned int length) { NEED_GPU(h); return copy_out(name, length, GPU(h)->name); }
 
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *pci) {
@@ -309,5 +394,86 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(void *h, unsigned int profile, 
     if (!p) return NVML_ERROR_NOT_SUPPORTED;
     memset(info, 0, sizeof *info);
     FILL_PROFILE_INFO(info, p);
+    return NVML_SUCCESS;
+}
+
+/* MIG devices: the largest number of MIG devices the GPU can hold is its 1-slice profile's count. */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(void *h, unsigned int *count) {
+    NEED_GPU(h);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = 0;
+    if (!GPU(h)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int p = 0; p < MAX_PROFILES; p++)
+        if (GPU(h)->profiles[p].used && GPU(h)->profiles[p].slices == 1 && GPU(h)->profiles[p].instances > *count)
+            *count = GPU(h)->profiles[p].instances;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *h, unsigned int index, void **mig) {
+    NEED_GPU(h);
+    if (!mig || index >= MAX_MIG) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!GPU(h)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    struct fake_mig *m = &GPU(h)->migs[index];
+    if (!GPU(h)->mig_current || !m->used) return NVML_ERROR_NOT_FOUND;
+    *mig = &m->device;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes_v2(void *h, nvmlDeviceAttributes_t *a) {
+    NEED_HANDLE(m, h, KIND_MIG);
+    if (!a) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_profile *p = &m->parent->profiles[m->profile];
+    memset(a, 0, sizeof *a);
+    a->gpuInstanceSliceCount = p->slices;
+    a->computeInstanceSliceCount = m->ci_slices;
+    /* A compute instance smaller than its GPU instance gets its share of the multiprocessors. */
+    a->multiprocessorCount = p->slices ? p->sms * m->ci_slices / p->slices : 0;
+    a->sharedCopyEngineCount = p->ce;
+    a->sharedDecoderCount = p->dec;
+    a->sharedEncoderCount = p->enc;
+    a->sharedJpegCount = p->jpeg;
+    a->sharedOfaCount = p->ofa;
+    a->memorySizeMB = p->memory_mb;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetAttributes(void *h, nvmlDeviceAttributes_t *a) { return nvmlDeviceGetAttributes_v2(h, a); }
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(void *h, unsigned int *id) {
+    NEED_HANDLE(m, h, KIND_MIG);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = m->gi_id;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(void *h, unsigned int *id) {
+    NEED_HANDLE(m, h, KIND_MIG);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = m->ci_id;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(void *h, unsigned int id, void **gi) {
+    NEED_GPU(h);
+    if (!gi) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!GPU(h)->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int s = 0; s < MAX_MIG; s++) {
+        struct fake_mig *m = &GPU(h)->migs[s];
+        if (m->used && m->gi_id == id) {
+            *gi = &m->gi;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetInfo(void *h, nvmlGpuInstanceInfo_t *info) {
+    NEED_HANDLE(m, h, KIND_GI);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(info, 0, sizeof *info);
+    info->device = m->parent;
+    info->id = m->gi_id;
+    /* NVML reports the profile's id (the one nvidia-smi shows), not its index. */
+    info->profileId = m->parent->profiles[m->profile].id;
+    info->placement.size = m->parent->profiles[m->profile].slices;
     return NVML_SUCCESS;
 }

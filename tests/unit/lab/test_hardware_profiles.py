@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
 
 from tests.lab.errors import LabError
-from tests.lab.hardware import build_fake_nvml, load_profile, nvml_conf, profile_names, write_hardware
+from tests.lab.hardware import build_fake_nvml, load_profile, mig_layout, nvml_conf, profile_names, write_hardware
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +191,102 @@ def test_each_profiles_label_set(profile, tmp_path, fake_nvml):
     assert read(profile, tmp_path, fake_nvml)["derived"]["labels"] == PROFILE_LABELS[profile]
 
 
-def test_a_driver_without_the_v2_profile_call_reads_profiles_through_v1(tmp_path, fake_nvml, monkeypatch):
+@pytest.mark.parametrize("profile", ["hgx-h100", "a100-pcie-mig"])
+def test_a_driver_without_the_v2_profile_call_reads_profiles_through_v1(profile, tmp_path, fake_nvml, monkeypatch):
+    """Before v2 NVML gave no profile names: they are computed as GFD computes them, and match NVML's."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils import nvml
 
-    v2 = read("hgx-h100", tmp_path / "v2", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
+    v2 = read(profile, tmp_path / "v2", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
     monkeypatch.setattr(nvml, "_has_entry_point", lambda name: name != "nvmlDeviceGetGpuInstanceProfileInfoV")
-    v1 = read("hgx-h100", tmp_path / "v1", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
-    assert [p["name"] for p in v1] == [None] * 7
-    assert [{**p, "name": None} for p in v2] == v1
+    v1 = read(profile, tmp_path / "v1", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
+    assert v2 and all(p["name"] for p in v2)
+    assert v1 == v2
+
+
+# GPU 1 is not in MIG mode, so the full-GPU labels keep their sharing values (replicas 1, not 0).
+A100_MIG = {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe", "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.count": "2",
+            "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/mig.strategy": "mixed"}
+
+
+def _mig_labels(profile, count, memory, sms, slices_gi, slices_ci, copy, decoder, jpeg=0, ofa=0, prefix=None):
+    prefix = prefix or f"nvidia.com/mig-{profile}"
+    return {
+        f"{prefix}.product": f"NVIDIA-A100-80GB-PCIe-MIG-{profile.replace('+', '.')}", f"{prefix}.replicas": "1",
+        f"{prefix}.sharing-strategy": "none", f"{prefix}.count": str(count), f"{prefix}.memory": str(memory),
+        f"{prefix}.multiprocessors": str(sms), f"{prefix}.slices.gi": str(slices_gi), f"{prefix}.slices.ci": str(slices_ci),
+        f"{prefix}.engines.copy": str(copy), f"{prefix}.engines.decoder": str(decoder), f"{prefix}.engines.encoder": "0",
+        f"{prefix}.engines.jpeg": str(jpeg), f"{prefix}.engines.ofa": str(ofa),
+    }
+
+
+def test_a100_mig_devices_are_enumerated_from_nvml(tmp_path, fake_nvml):
+    gpus = read("a100-pcie-mig", tmp_path, fake_nvml)["nvml"]["gpus"]
+    devices = gpus[0]["mig"]["devices"]
+    assert [(d["index"], d["profile"], d["memory_mib"], d["slices_gi"]) for d in devices] == [
+        (0, "3g.40gb", 40192, 3), (1, "2g.20gb", 19968, 2), (2, "1g.10gb", 9728, 1), (3, "1g.10gb", 9728, 1),
+    ]
+    assert [d["gpu_instance_id"] for d in devices] == [1, 2, 3, 4]
+    assert all(d["uuid"].startswith("MIG-") for d in devices)
+    assert len({d["uuid"] for d in devices} | {g["uuid"] for g in gpus}) == 6
+    assert gpus[1]["mig"]["devices"] == []  # MIG capable, not in MIG mode
+
+
+def test_a100_mixed_strategy_labels_each_mig_profile(tmp_path, fake_nvml):
+    labels = read("a100-pcie-mig", tmp_path, fake_nvml, mig="mixed")["derived"]["labels"]
+    mig = {k: v for k, v in labels.items() if k.startswith("nvidia.com/mig-")}
+    assert mig == {
+        **_mig_labels("3g.40gb", 1, 40192, 42, 3, 3, 3, 2),
+        **_mig_labels("2g.20gb", 1, 19968, 28, 2, 2, 2, 1),
+        **_mig_labels("1g.10gb", 2, 9728, 14, 1, 1, 1, 0),
+    }
+    assert {k: labels[k] for k in A100_MIG} == A100_MIG
+
+
+def test_a100_single_strategy_with_a_gpu_out_of_mig_mode_is_invalid(tmp_path, fake_nvml):
+    labels = read("a100-pcie-mig", tmp_path, fake_nvml, mig="single")["derived"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-80GB-PCIe-MIG-INVALID"
+    assert labels["nvidia.com/gpu.count"] == "0"
+
+
+def _a100(tmp_path, fake_nvml, devices, mig):
+    profile = load_profile("a100-pcie-mig")
+    profile["gpus"].update(mig_enabled=[True, True], mig_devices=devices)
+    hw = tmp_path / "hw"
+    write_hardware(profile, hw, "m1", "6.8.0-45-generic", fake_nvml)
+    return collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"), {}, mig)
+
+
+def test_a100_single_strategy_labels_the_gpus_as_their_mig_devices(tmp_path, fake_nvml):
+    labels = _a100(tmp_path, fake_nvml, [["1g.10gb"] * 7, ["1g.10gb"] * 7], "single")["derived"]["labels"]
+    expected = _mig_labels("1g.10gb", 14, 9728, 14, 1, 1, 1, 0, prefix="nvidia.com/gpu")
+    assert {k: labels[k] for k in expected} == expected
+    assert labels["nvidia.com/mig.strategy"] == "single"
+    assert not any(k.startswith("nvidia.com/mig-") for k in labels)
+
+
+def test_a_compute_instance_smaller_than_its_gpu_instance_is_named_for_both(tmp_path, fake_nvml):
+    info = _a100(tmp_path, fake_nvml, [["1c.3g.40gb", "1g.10gb+me"], []], "mixed")
+    devices = info["nvml"]["gpus"][0]["mig"]["devices"]
+    assert [(d["profile"], d["multiprocessors"], d["slices_ci"]) for d in devices] == [
+        ("1c.3g.40gb", 14, 1), ("1g.10gb+me", 14, 1),
+    ]
+    labels = info["derived"]["labels"]
+    assert labels["nvidia.com/mig-1c.3g.40gb.product"] == "NVIDIA-A100-80GB-PCIe-MIG-1c.3g.40gb"
+    assert labels["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb.me"
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ([["5g.50gb"], []], r"'5g.50gb' is not one of this GPU's MIG profiles \(1g.10gb, 1g.10gb\+me"),
+        ([[], ["1g.10gb"]], r"mig_devices\[1\]: GPU 1 does not have MIG enabled"),
+        ([["4g.40gb", "4g.40gb"], []], "more than 1 instances of 4g.40gb"),
+        ([["4g.40gb", "3g.40gb", "1g.10gb"], []], "need more than the GPU's 7 slices"),
+        ([["4c.3g.40gb"], []], "compute instance larger than its GPU instance"),
+    ],
+)
+def test_impossible_mig_layouts_are_named(devices, message):
+    profile = load_profile("a100-pcie-mig")
+    profile["gpus"]["mig_devices"] = devices
+    with pytest.raises(LabError, match=message):
+        mig_layout(profile["gpus"], "a100-pcie-mig")

@@ -5,6 +5,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.derive import (
     arch_family,
     fabric_manager_required,
     gfd_labels,
+    mig_memory_gb,
+    mig_profile_name,
     recommend_kernel_module_type,
     sanitise,
 )
@@ -201,10 +203,47 @@ def test_single_strategy_with_two_profiles_is_invalid():
     assert labels["nvidia.com/gpu.count"] == "0"
 
 
-def test_profile_plus_becomes_dot_in_the_product():
+def test_profile_plus_becomes_dot_in_the_resource_name_and_the_product():
+    # The device plugin names the resource after the profile with '+' replaced: '+' is not valid in a label key.
     me = {**MIG_1G, "profile": "1g.10gb+me"}
     labels = gfd_labels([{**H100, "mig_enabled": True, "mig_devices": [me]}], mig_strategy="mixed")
-    assert labels["nvidia.com/mig-1g.10gb+me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+    assert labels["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"
+    assert labels["nvidia.com/mig-1g.10gb.me.count"] == "1"
+    assert not [k for k in labels if "+" in k]
+
+
+TIME_SLICED = {"strategy": "time-slicing", "replicas": 4}
+
+
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+def test_gpus_all_in_mig_mode_are_labelled_without_sharing_whatever_the_strategy(strategy):
+    gpus = [{**H100, "mig_enabled": True, "mig_devices": [MIG_1G] * 7}] * 2
+    labels = gfd_labels(gpus, mig_strategy=strategy, sharing=TIME_SLICED)
+    if strategy != "single":  # single relabels nvidia.com/gpu as the MIG devices
+        assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert labels["nvidia.com/gpu.replicas"] == "0"
+        assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+        assert labels["nvidia.com/gpu.count"] == "2"
+
+
+def test_a_full_gpu_beside_a_mig_gpu_keeps_the_sharing_labels():
+    gpus = [{**H100, "mig_enabled": True, "mig_devices": [MIG_1G] * 7}, H100]
+    labels = gfd_labels(gpus, mig_strategy="mixed", sharing=TIME_SLICED)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert labels["nvidia.com/gpu.replicas"] == "4"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/mig-1g.10gb.count"] == "7"
+
+
+def test_single_strategy_with_a_mig_gpu_holding_no_mig_device_is_invalid():
+    gpus = [{**H100, "mig_enabled": True, "mig_devices": [MIG_1G] * 7}, {**H100, "mig_enabled": True, "mig_devices": []}]
+    labels = gfd_labels(gpus, mig_strategy="single")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.memory"]) == ("0", "0", "0")
+    # GFD overwrites product, count, replicas and memory only; the rest stays as the full-GPU labels set it.
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert labels["nvidia.com/gpu.family"] == "hopper"
 
 
 def test_graphics_and_mixed_classes():
@@ -230,3 +269,37 @@ def test_no_compute_capability_omits_architecture_labels():
 def test_bad_strategies_are_named(sharing, mig, message):
     with pytest.raises(ValueError, match=message):
         gfd_labels([H100], sharing=sharing, mig_strategy=mig)
+
+
+A100_80GB = 81920 * 1024 * 1024
+H100_80GB = 81559 * 1024 * 1024
+A100_40GB = 40960 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("gi_profile", "memory_mb", "device_bytes", "ci_slices", "expected"),
+    [
+        (0, 9728, A100_80GB, None, "1g.10gb"),
+        (0, 4864, A100_40GB, None, "1g.5gb"),
+        (7, 9728, A100_80GB, None, "1g.10gb+me"),
+        (9, 19968, A100_80GB, None, "1g.20gb"),
+        (1, 19968, A100_80GB, 2, "2g.20gb"),
+        (2, 40192, A100_80GB, 1, "1c.3g.40gb"),
+        (4, 80896, A100_80GB, 7, "7g.80gb"),
+        (0, 9984, H100_80GB, 1, "1g.10gb"),  # 81559 MiB rounds up to 80 GB
+        (2, 40320, H100_80GB, None, "3g.40gb"),
+        (13, 9984, H100_80GB, None, "1g.10gb-me"),
+        (15, 9984, H100_80GB, None, "1g.10gb+me.all"),
+        (12, 40320, H100_80GB, None, "4g.40gb+gfx"),
+        (99, 9728, A100_80GB, None, None),  # an enum this table does not know is not guessed
+        (0, 9728, 0, None, None),
+    ],
+)
+def test_mig_profile_name_as_gfd_spells_it(gi_profile, memory_mb, device_bytes, ci_slices, expected):
+    assert mig_profile_name(gi_profile, memory_mb, device_bytes, ci_slices) == expected
+
+
+def test_mig_memory_rounds_the_share_up_to_eighths():
+    # 5 GB of an 80 GB GPU is a sixteenth; rounded up to an eighth it is named 10 GB, as nvidia-smi does.
+    assert mig_memory_gb(5120, A100_80GB) == 10
+    assert mig_memory_gb(10241, A100_80GB) == 20

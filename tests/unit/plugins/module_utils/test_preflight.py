@@ -80,3 +80,24 @@ def test_report_says_what_is_there_what_will_happen_and_what_blocks(info_of):
     assert any(line.startswith("Will use: open kernel modules") for line in lines)
     assert any(line.startswith("BLOCKER fabric_manager_disabled:") and "Fix:" in line for line in lines)
     assert "Nothing blocks the install." not in lines
+
+
+@pytest.mark.parametrize(
+    ("profile", "method", "warned"),
+    [
+        ("a100-pcie-mig", "precompiled", True),  # proprietary loaded, open recommended
+        ("a100-pcie-mig", "dkms", True),
+        ("a100-pcie-mig", "containerized", False),  # the host modules are not ours to choose
+        ("a100-pcie-mig", "none", False),
+        ("hgx-h100", "precompiled", False),  # open loaded, open recommended
+        ("l40s", "precompiled", False),  # nothing loaded
+    ],
+)
+def test_a_loaded_flavour_other_than_the_recommendation_is_a_warning(info_of, profile, method, warned):
+    found = findings(info_of(profile), "Ubuntu", "22", {**DEFAULTS, "driver_method": method})
+    assert ("module_type_differs" in ids(found, "warning")) is warned
+    assert "module_type_differs" not in ids(found)
+    if warned:
+        (f,) = [f for f in found if f["id"] == "module_type_differs"]
+        assert "proprietary" in f["message"] and "open" in f["message"]
+        assert "gpuops_driver_kernel_module_type" in f["fix"]
