@@ -256,6 +256,6 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
                 "nvidia.com/gpu.memory": "0",
             })
         else:
-            (profile, devices), = by_profile.items()
-            labels.update(_mig_device_labels("nvidia.com/gpu", model, profile, devices, sharing))
+            profile = next(iter(by_profile))
+            labels.update(_mig_device_labels("nvidia.com/gpu", model, profile, by_profile[profile], sharing))
     return labels

@@ -72,4 +72,3 @@ def test_a_chroot_with_proc_and_sys_mounted_is_still_an_image_build(image_root):
     assert info["node"]["image_build"] is True
     # The running kernel is the build host's, read through the mounted /proc.
     assert info["node"]["kernel"]["running"] == os.uname().release
-
