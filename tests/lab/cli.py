@@ -1,4 +1,4 @@
-"""The lab's command line: `python -m tests.lab up|down|status|ssh|image`.
+"""The lab's command line: `python -m tests.lab up|down|status|ssh|image|cluster`.
 
 Every problem the user can fix is reported as one line on stderr ("lab: error: ...") with exit 2.
 """
@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
 from .hardware import profile_names
@@ -122,6 +123,43 @@ def cmd_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> Cluster:
+    return Cluster(Path(args.state) if args.state else None)
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    nodes = [] if args.no_machines else nodes_from_machines(Path(args.state) if args.state else None)
+    nodes += [parse_node_spec(n) for n in args.node or []]
+    nodes += scale_nodes(args.nodes)
+    _cluster(args).up(nodes, wait=args.timeout)
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    stopped = _cluster(args).down()
+    print(f"lab cluster down: stopped {', '.join(stopped) if stopped else 'nothing'}")
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    status = _cluster(args).status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+    elif not status["components"]:
+        print("no lab cluster")
+    else:
+        print(f"lab cluster: {'running' if status['running'] else 'NOT RUNNING'}, {status['nodes']} node(s), "
+              f"KUBECONFIG={status['kubeconfig']}")
+        for name, c in sorted(status["components"].items()):
+            print(f"  {name:<26} pid {c['pid']:<8} {'running' if c['running'] else 'STOPPED'}")
+    return 0 if status["running"] or not status["components"] else 1
+
+
+def cmd_cluster_kubeconfig(args: argparse.Namespace) -> int:
+    print(_cluster(args).kubeconfig)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lab", description="The gpuops lab: systemd-nspawn machines reached over SSH.")
     parser.add_argument("--state", help="state directory (default: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab)")
@@ -157,6 +195,22 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("distro", nargs="*")
     image.add_argument("--max-age-days", type=int, default=DEFAULT_MAX_AGE_DAYS)
     image.set_defaults(func=cmd_image)
+
+    cluster = sub.add_parser("cluster", help="the lab's Kubernetes control plane with KWOK nodes")
+    csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
+    cup = csub.add_parser("up", help="start the control plane and create the nodes (one per lab machine by default)")
+    cup.add_argument("--nodes", type=int, default=0, help="also create N simulated GPU nodes of mixed profiles")
+    cup.add_argument("--node", action="append", metavar="NAME=PROFILE[:DISTRO]", help="also create this node; repeatable")
+    cup.add_argument("--no-machines", action="store_true", help="no nodes for the lab machines")
+    cup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the control plane and the nodes")
+    cup.set_defaults(func=cmd_cluster_up)
+    cdown = csub.add_parser("down", help="stop the processes the cluster started (by PID) and remove its state")
+    cdown.set_defaults(func=cmd_cluster_down)
+    cstatus = csub.add_parser("status", help="the cluster's processes and nodes")
+    cstatus.add_argument("--json", action="store_true")
+    cstatus.set_defaults(func=cmd_cluster_status)
+    ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
+    ckube.set_defaults(func=cmd_cluster_kubeconfig)
     return parser
 
 

@@ -1,0 +1,211 @@
+"""Build the lab cluster's binaries from Go modules, once per version, cached outside the repository.
+
+- kube-apiserver, kube-controller-manager, kube-scheduler from `k8s.io/kubernetes` through a wrapper
+  module of ours. `k8s.io/kubernetes` requires its staging modules at v0.0.0 and maps them to
+  ./staging, which a consumer cannot use; the wrapper replaces each with the matching v0.<minor>.<patch>
+  tag. The list of staging modules comes from that release's own go.mod (fetched through the module
+  proxy with `go mod download -json` and read with `go mod edit -json`), so a release that adds one
+  needs no change here.
+- etcd from `go.etcd.io/etcd/server/v3` through a second wrapper (its replace directives stop `go install`).
+- kwok and kwokctl with `go install` at a pinned release.
+
+Everything is built with the machine's Go (GOTOOLCHAIN=local: a go line newer than it is an error, not a
+download) and CGO_ENABLED=0. A component's binaries live in <cache>/cluster/bin/<name>-<version>-r<recipe>;
+a warm run finds them and builds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+from .images import cache_dir
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+# Bump a recipe when the way a component is built changes, so cached binaries are rebuilt.
+RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1}
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+WRAPPER_MODULE = "gpuops.invalid/lab"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Paths of the built binaries."""
+
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    etcd: Path
+    kwok: Path
+    kwokctl: Path
+
+
+def cluster_cache() -> Path:
+    return cache_dir() / "cluster"
+
+
+def _bin_dir(name: str, version: str) -> Path:
+    return cluster_cache() / "bin" / f"{name}-{version}-r{RECIPES[name]}"
+
+
+def go_env() -> dict[str, str]:
+    """The environment every Go command of the lab runs in."""
+    if shutil.which("go") is None:
+        raise LabError("go not found: the lab cluster builds its control plane with the machine's Go toolchain")
+    return {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "LC_ALL": "C"}
+
+
+def _go(args: list[str], cwd: Path, log: Path, what: str, env: dict[str, str] | None = None) -> str:
+    """Run a go command; on failure raise with the exact error lines and where the whole log is."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, env=env or go_env(), check=False)
+    with log.open("a") as fh:
+        fh.write(f"$ go {' '.join(args)}  (in {cwd})\n{res.stdout}{res.stderr}\n")
+    if res.returncode != 0:
+        errors = [line for line in res.stderr.splitlines() if line.strip() and not line.startswith("go: downloading")]
+        raise LabError(f"{what} failed (go {' '.join(args[:2])}): {' | '.join(errors[-6:])} (full log: {log})")
+    return res.stdout
+
+
+def staging_replaces(gomod: dict) -> list[str]:
+    """The modules a k8s.io/kubernetes go.mod (as `go mod edit -json` prints it) maps to ./staging."""
+    found = []
+    for rep in gomod.get("Replace") or []:
+        new_path = rep["New"]["Path"]
+        if new_path.startswith("./staging/"):
+            found.append(rep["Old"]["Path"])
+    if not found:
+        raise LabError("the kubernetes go.mod maps no module to ./staging: the wrapper recipe no longer fits this release")
+    return sorted(found)
+
+
+def staging_version(kubernetes_version: str) -> str:
+    """v1.36.3 -> v0.36.3, the tag of the staging modules for that release."""
+    m = re.fullmatch(r"v1\.(\d+)\.(\d+)", kubernetes_version)
+    if not m:
+        raise LabError(f"kubernetes version {kubernetes_version!r} is not of the form v1.<minor>.<patch>")
+    return f"v0.{m.group(1)}.{m.group(2)}"
+
+
+def kubernetes_wrapper_gomod(upstream: dict, version: str) -> str:
+    """The wrapper's go.mod: upstream's go and godebug lines, the release, and one replace per staging module."""
+    lines = [f"module {WRAPPER_MODULE}/kubernetes", "", f"go {upstream['Go']}", ""]
+    godebug = upstream.get("GoDebug") or []
+    if godebug:
+        lines += [f"godebug {d['Key']}={d['Value']}" for d in godebug] + [""]
+    lines += [f"require k8s.io/kubernetes {version}", "", "replace ("]
+    stg = staging_version(version)
+    lines += [f"\t{mod} => {mod} {stg}" for mod in staging_replaces(upstream)]
+    lines += [")", ""]
+    return "\n".join(lines)
+
+
+def version_ldflags(version: str, build_date: str, commit: str) -> str:
+    """The -X flags upstream's hack/lib/version.sh sets, so --version and /version report the release."""
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        for key, value in (("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitCommit", commit),
+                           ("gitTreeState", "clean"), ("buildDate", build_date)):
+            flags.append(f"-X {pkg}.{key}={value}")
+    return " ".join(flags)
+
+
+def _tools_go(imports: list[str]) -> str:
+    return "//go:build tools\n\npackage tools\n\nimport (\n" + "".join(f'\t_ "{i}"\n' for i in imports) + ")\n"
+
+
+def _finish(tmp: Path, final: Path) -> Path:
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.replace(final)
+    return final
+
+
+def _check_version(binary: Path, expect: str) -> None:
+    res = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    if expect not in res.stdout + res.stderr:
+        raise LabError(f"{binary} --version printed {(res.stdout + res.stderr).strip()!r}, expected {expect}")
+
+
+def build_kubernetes(log: Path) -> Path:
+    final = _bin_dir("kubernetes", KUBERNETES_VERSION)
+    if all((final / b).exists() for b in KUBE_BINARIES):
+        return final
+    src = cluster_cache() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], src, log,
+                          f"fetching k8s.io/kubernetes {KUBERNETES_VERSION}"))
+    upstream = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading the kubernetes go.mod"))
+    (src / "go.mod").write_text(kubernetes_wrapper_gomod(upstream, KUBERNETES_VERSION))
+    (src / "tools.go").write_text(_tools_go([f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]))
+    _go(["mod", "tidy"], src, log, f"resolving kubernetes {KUBERNETES_VERSION}")
+    # The proxy's .info has the release's commit time (and, from some proxies, its commit).
+    release = json.loads(Path(info["Info"]).read_text())
+    commit = (release.get("Origin") or {}).get("Hash", "")
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _go(["build", "-trimpath", "-tags", "selinux,notest", "-ldflags", version_ldflags(KUBERNETES_VERSION, release["Time"], commit),
+         "-o", str(tmp) + "/", *[f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]],
+        src, log, f"building kubernetes {KUBERNETES_VERSION}")
+    _check_version(tmp / "kube-apiserver", f"Kubernetes {KUBERNETES_VERSION}")
+    return _finish(tmp, final)
+
+
+def build_etcd(log: Path) -> Path:
+    final = _bin_dir("etcd", ETCD_VERSION)
+    if (final / "etcd").exists():
+        return final
+    src = cluster_cache() / "src" / f"etcd-{ETCD_VERSION}"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n")
+    (src / "tools.go").write_text(_tools_go(["go.etcd.io/etcd/server/v3"]))
+    _go(["mod", "tidy"], src, log, f"resolving etcd {ETCD_VERSION}")
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
+        src, log, f"building etcd {ETCD_VERSION}")
+    _check_version(tmp / "etcd", f"etcd Version: {ETCD_VERSION.lstrip('v')}")
+    return _finish(tmp, final)
+
+
+def build_kwok(log: Path) -> Path:
+    final = _bin_dir("kwok", KWOK_VERSION)
+    if (final / "kwok").exists() and (final / "kwokctl").exists():
+        return final
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    env = {**go_env(), "GOBIN": str(tmp)}
+    _go(["install", "-trimpath", "-ldflags", "-s -w",
+         f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"],
+        tmp, log, f"installing kwok {KWOK_VERSION}", env=env)
+    return _finish(tmp, final)
+
+
+def ensure_toolchain(progress=print) -> Toolchain:
+    """Build (or find) every binary the lab cluster runs."""
+    log = cluster_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    dirs = {}
+    for name, build in (("kubernetes", build_kubernetes), ("etcd", build_etcd), ("kwok", build_kwok)):
+        t0 = time.monotonic()
+        dirs[name] = build(log)
+        took = time.monotonic() - t0
+        if took > 1:
+            progress(f"lab cluster: built {name} in {took:.0f}s ({dirs[name]})")
+    k8s, etcd, kwok = dirs["kubernetes"], dirs["etcd"], dirs["kwok"]
+    return Toolchain(k8s / "kube-apiserver", k8s / "kube-controller-manager", k8s / "kube-scheduler",
+                     etcd / "etcd", kwok / "kwok", kwok / "kwokctl")

@@ -1,0 +1,172 @@
+"""The lab cluster's pure parts: the Kubernetes wrapper module, the nodes, the simulated device plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.lab.cluster import node_manifest, parse_node_spec, scale_nodes
+from tests.lab.devplugin_sim import Simulator, advertised
+from tests.lab.errors import LabError
+from tests.lab.hardware import load_profile
+from tests.lab.toolchain import kubernetes_wrapper_gomod, staging_replaces, staging_version, version_ldflags
+
+# What `go mod edit -json` prints for a k8s.io/kubernetes go.mod, cut down: staging replaces, and one that is not.
+UPSTREAM = {
+    "Module": {"Path": "k8s.io/kubernetes"},
+    "Go": "1.26.0",
+    "GoDebug": [{"Key": "default", "Value": "go1.26"}],
+    "Replace": [
+        {"Old": {"Path": "k8s.io/api"}, "New": {"Path": "./staging/src/k8s.io/api"}},
+        {"Old": {"Path": "k8s.io/cri-streaming"}, "New": {"Path": "./staging/src/k8s.io/cri-streaming"}},
+        {"Old": {"Path": "github.com/example/fork"}, "New": {"Path": "github.com/example/fork", "Version": "v1.2.3"}},
+    ],
+}
+
+
+def test_staging_modules_are_read_from_the_release_go_mod():
+    assert staging_replaces(UPSTREAM) == ["k8s.io/api", "k8s.io/cri-streaming"]
+
+
+def test_a_go_mod_without_staging_is_an_error_not_an_empty_wrapper():
+    with pytest.raises(LabError, match="maps no module to ./staging"):
+        staging_replaces({"Replace": []})
+
+
+def test_the_wrapper_replaces_each_staging_module_with_its_tag_and_keeps_go_and_godebug():
+    gomod = kubernetes_wrapper_gomod(UPSTREAM, "v1.36.3")
+    assert "\ngo 1.26.0\n" in gomod
+    assert "\ngodebug default=go1.26\n" in gomod
+    assert "require k8s.io/kubernetes v1.36.3" in gomod
+    assert "\tk8s.io/api => k8s.io/api v0.36.3\n" in gomod
+    assert "\tk8s.io/cri-streaming => k8s.io/cri-streaming v0.36.3\n" in gomod
+    assert "github.com/example/fork" not in gomod
+
+
+@pytest.mark.parametrize(("version", "staging"), [("v1.36.3", "v0.36.3"), ("v1.35.10", "v0.35.10")])
+def test_staging_version(version, staging):
+    assert staging_version(version) == staging
+
+
+def test_a_bad_kubernetes_version_is_named():
+    with pytest.raises(LabError, match="'1.36' is not of the form"):
+        staging_version("1.36")
+
+
+def test_version_flags_stamp_both_version_packages():
+    flags = version_ldflags("v1.36.3", "2026-07-22T18:07:38Z", "")
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        assert f"-X {pkg}.gitVersion=v1.36.3" in flags
+        assert f"-X {pkg}.gitMajor=1" in flags and f"-X {pkg}.gitMinor=36" in flags
+        assert f"-X {pkg}.buildDate=2026-07-22T18:07:38Z" in flags
+
+
+def test_a_node_carries_nfd_labels_capacity_and_no_gpu_resource():
+    node = node_manifest(parse_node_spec("lab-noble=hgx-h100:noble"), kernel="6.8.0-45-generic")
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == "lab-noble"
+    assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert labels["feature.node.kubernetes.io/pci-15b3.present"] == "true"
+    assert labels["feature.node.kubernetes.io/system-os_release.ID"] == "ubuntu"
+    assert labels["feature.node.kubernetes.io/system-os_release.VERSION_ID"] == "24.04"
+    assert labels["feature.node.kubernetes.io/system-os_release.VERSION_ID.major"] == "24"
+    assert labels["feature.node.kubernetes.io/kernel-version.full"] == "6.8.0-45-generic"
+    assert (labels["feature.node.kubernetes.io/kernel-version.major"], labels["feature.node.kubernetes.io/kernel-version.minor"]) == ("6", "8")
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert node["metadata"]["annotations"]["gpuops-lab/profile"] == "hgx-h100"
+    assert node["status"]["capacity"]["cpu"] == "64"
+    assert not [k for k in node["status"]["capacity"] if k.startswith("nvidia.com/")]
+
+
+def test_a_node_without_gpus_has_no_pci_10de_label():
+    labels = node_manifest(parse_node_spec("cpu-0=no-gpu:bookworm"), kernel="6.1.0-18-amd64")["metadata"]["labels"]
+    assert "feature.node.kubernetes.io/pci-10de.present" not in labels
+    assert labels["feature.node.kubernetes.io/system-os_release.ID"] == "debian"
+    assert "feature.node.kubernetes.io/system-os_release.VERSION_ID.minor" not in labels
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("x", "expected NAME=PROFILE"), ("x=dgx-z", "unknown hardware profile 'dgx-z'"), ("x=v100:sid", "unknown distribution 'sid'")],
+)
+def test_bad_node_specs_are_named(text, message):
+    with pytest.raises(LabError, match=message):
+        parse_node_spec(text)
+
+
+def test_scale_nodes_mix_profiles_and_have_unique_names():
+    nodes = scale_nodes(1000)
+    assert len({n.name for n in nodes}) == 1000
+    assert {n.profile for n in nodes} == {"hgx-h100", "a100-pcie-mig", "l40s", "hgx-b200", "v100"}
+
+
+A100 = load_profile("a100-pcie-mig")
+
+
+@pytest.mark.parametrize(
+    ("profile", "strategy", "expected"),
+    [
+        ("hgx-h100", "none", {"nvidia.com/gpu": 8}),
+        ("hgx-h100", "mixed", {"nvidia.com/gpu": 8}),  # no GPU in MIG mode: the same under every strategy
+        ("a100-pcie-mig", "none", {"nvidia.com/gpu": 2}),
+        ("a100-pcie-mig", "mixed", {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1,
+                                    "nvidia.com/mig-1g.10gb": 2}),
+        ("a100-pcie-mig", "single", {}),  # one GPU in MIG mode, one not: the plugin refuses
+        ("no-gpu", "none", {}),
+    ],
+)
+def test_what_the_device_plugin_advertises(profile, strategy, expected):
+    assert advertised(load_profile(profile), strategy) == expected
+
+
+def test_single_strategy_advertises_the_mig_devices_as_gpus():
+    profile = {**A100, "gpus": {**A100["gpus"], "mig_enabled": [True, True], "mig_devices": [["1g.10gb"] * 7, ["1g.10gb+me"]]}}
+    assert advertised(profile, "single") == {}  # two profiles
+    profile["gpus"]["mig_devices"] = [["1g.10gb"] * 7, ["1g.10gb"] * 7]
+    assert advertised(profile, "single") == {"nvidia.com/gpu": 14}
+
+
+class FakeCoreV1:
+    """Records node status patches; the nodes' annotations name their profiles."""
+
+    def __init__(self, profiles):
+        self.profiles, self.patches = profiles, []
+
+    def read_node(self, name):
+        return _obj(metadata=_obj(annotations={"gpuops-lab/profile": self.profiles[name]}))
+
+    def patch_node_status(self, name, body):
+        self.patches.append((name, body["status"]["capacity"]))
+
+
+def _obj(**kw):
+    return type("Obj", (), kw)()
+
+
+def _pod(uid, node, phase="Running", strategy=None, deleting=False):
+    env = [_obj(name="MIG_STRATEGY", value=strategy)] if strategy else []
+    return _obj(metadata=_obj(uid=uid, deletion_timestamp="now" if deleting else None),
+                spec=_obj(node_name=node, containers=[_obj(env=env)]), status=_obj(phase=phase))
+
+
+def test_capacity_appears_with_a_running_plugin_pod_and_drops_to_zero_when_it_goes():
+    api = FakeCoreV1({"n1": "a100-pcie-mig"})
+    sim = Simulator(api)
+    sim.observe(_pod("p1", "n1", phase="Pending", strategy="mixed"))
+    assert api.patches == []  # not running yet: nothing advertised
+    sim.observe(_pod("p1", "n1", strategy="mixed"))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "1", "nvidia.com/mig-3g.40gb": "1", "nvidia.com/mig-2g.20gb": "1",
+                                      "nvidia.com/mig-1g.10gb": "2"})
+    sim.observe(_pod("p1", "n1", strategy="mixed"))
+    assert len(api.patches) == 1  # nothing changed: no second patch
+    sim.observe(_pod("p1", "n1", strategy="mixed", deleting=True))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "0", "nvidia.com/mig-2g.20gb": "0",
+                                      "nvidia.com/mig-1g.10gb": "0"})
+
+
+def test_a_relist_drops_the_resources_of_pods_that_went_unseen():
+    api = FakeCoreV1({"n1": "hgx-h100", "n2": "v100"})
+    sim = Simulator(api)
+    sim.resync([_pod("a", "n1"), _pod("b", "n2")])
+    assert sorted(api.patches) == [("n1", {"nvidia.com/gpu": "8"}), ("n2", {"nvidia.com/gpu": "4"})]
+    sim.resync([_pod("b", "n2")])
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "0"})
