@@ -21,7 +21,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # for the simulated NVML library.
 LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6-dev
 
-.PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status clean
+.PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status \
+	lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -35,6 +36,7 @@ $(BIN)/.installed: requirements.txt requirements-test.txt
 venv: $(BIN)/.installed ## install the pinned Python tools into .venv
 
 lab-deps: ## install the lab's host packages (apt) when missing
+	@command -v go >/dev/null || { echo "lab-deps: Go not found; the lab cluster builds its control plane with the machine's Go (1.26 or later)"; exit 1; }
 	@if command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
 	    && command -v ssh >/dev/null && command -v zstd >/dev/null && command -v gcc >/dev/null; then \
 	  echo "lab host packages: present"; \
@@ -56,6 +58,18 @@ lab-down: venv ## stop the lab machines (by PID) and remove them
 
 lab-status: venv ## list the lab machines
 	$(LAB) status
+
+lab-toolchain: venv ## build (or find in ~/.cache/gpuops-lab/cluster) the lab cluster's binaries with Go
+	$(LAB) cluster build
+
+lab-cluster-up: venv lab-toolchain ## start the lab cluster, one KWOK node per lab machine
+	$(LAB) cluster up
+
+lab-cluster-down: venv ## stop the lab cluster's processes (by PID) and remove its state
+	$(LAB) cluster down
+
+lab-kubeconfig: ## print the lab cluster's kubeconfig path
+	@$(LAB) cluster kubeconfig
 
 demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run playbooks/site.yml against it
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab

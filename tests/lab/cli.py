@@ -20,6 +20,7 @@ from .hardware import profile_names
 from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
 from .inventory import write_inventory
 from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
+from .toolchain import ensure_toolchain
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = REPO / "inventories/lab/hosts.yml"
@@ -155,6 +156,13 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 0 if status["running"] or not status["components"] else 1
 
 
+def cmd_cluster_build(_args: argparse.Namespace) -> int:
+    tools = ensure_toolchain()
+    for path in (tools.kube_apiserver, tools.kube_controller_manager, tools.kube_scheduler, tools.etcd, tools.kwok, tools.kwokctl):
+        print(path)
+    return 0
+
+
 def cmd_cluster_kubeconfig(args: argparse.Namespace) -> int:
     print(_cluster(args).kubeconfig)
     return 0
@@ -209,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     cstatus = csub.add_parser("status", help="the cluster's processes and nodes")
     cstatus.add_argument("--json", action="store_true")
     cstatus.set_defaults(func=cmd_cluster_status)
+    cbuild = csub.add_parser("build", help="build (or find in the cache) the control plane, etcd and KWOK binaries")
+    cbuild.set_defaults(func=cmd_cluster_build)
     ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
     ckube.set_defaults(func=cmd_cluster_kubeconfig)
     return parser

@@ -28,7 +28,7 @@ def test_staging_modules_are_read_from_the_release_go_mod():
 
 
 def test_a_go_mod_without_staging_is_an_error_not_an_empty_wrapper():
-    with pytest.raises(LabError, match="maps no module to ./staging"):
+    with pytest.raises(LabError, match=r"maps no module to \./staging"):
         staging_replaces({"Replace": []})
 
 
@@ -48,7 +48,7 @@ def test_staging_version(version, staging):
 
 
 def test_a_bad_kubernetes_version_is_named():
-    with pytest.raises(LabError, match="'1.36' is not of the form"):
+    with pytest.raises(LabError, match=r"'1\.36' is not of the form"):
         staging_version("1.36")
 
 
