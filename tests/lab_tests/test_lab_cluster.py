@@ -77,6 +77,15 @@ def pods(kubeconfig: Path, selector: str, namespace: str = "default") -> list[di
     return json.loads(out)["items"]
 
 
+def on_node(kubeconfig: Path, selector: str, node: str) -> list[dict]:
+    return [p for p in pods(kubeconfig, selector) if p["spec"].get("nodeName") == node]
+
+
+def running_on(kubeconfig: Path, selector: str, node: str) -> list[dict]:
+    return [p for p in on_node(kubeconfig, selector, node)
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
 def allocatable(kubeconfig: Path, node: str) -> dict[str, str]:
     out = kubectl(kubeconfig, "get", "node", node, "-o", "json").stdout
     return {k: v for k, v in json.loads(out)["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
@@ -152,10 +161,7 @@ def test_drain_evicts_and_a_disruption_budget_blocks_without_force(cluster):
                 json.dumps({"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": "c-cpu"}}}}}))
     kubectl(kubeconfig, "create", "pdb", "guarded", "--selector=app=guarded", "--min-available=1")
     for name in ("guarded", "free"):
-        wait_for(f"{name} Running", lambda n=name: [p for p in pods(kubeconfig, f"app={n}")
-                                                       if p["status"].get("phase") == "Running"
-                                                       and p["spec"]["nodeName"] == "c-cpu"
-                                                       and not p["metadata"].get("deletionTimestamp")])
+        wait_for(f"{name} Running", lambda n=name: running_on(kubeconfig, f"app={n}", "c-cpu"))
     guarded = pods(kubeconfig, "app=guarded")[0]["metadata"]["name"]
 
     drain = kubectl(kubeconfig, "drain", "c-cpu", "--ignore-daemonsets", "--timeout=15s", check=False)
@@ -166,8 +172,7 @@ def test_drain_evicts_and_a_disruption_budget_blocks_without_force(cluster):
     assert guarded in names
     node = json.loads(kubectl(kubeconfig, "get", "node", "c-cpu", "-o", "json").stdout)
     assert node["spec"].get("unschedulable") is True
-    assert wait_for("the free pod to leave c-cpu", lambda: not [p for p in pods(kubeconfig, "app=free")
-                                                               if p["spec"].get("nodeName") == "c-cpu"])
+    assert wait_for("the free pod to leave c-cpu", lambda: not on_node(kubeconfig, "app=free", "c-cpu"))
 
 
 def test_down_stops_exactly_the_cluster_processes(cluster):
