@@ -29,7 +29,7 @@ from .distros import DISTROS
 from .errors import LabError
 from .hardware import load_profile, profile_names
 from .machines import Lab, state_dir
-from .toolchain import KUBERNETES_VERSION, Toolchain, ensure_toolchain
+from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
 CLUSTER_NAME = "gpuops-lab"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
@@ -53,6 +53,7 @@ class ClusterState:
     name: str = CLUSTER_NAME
     kubeconfig: str = ""
     workdir: str = ""
+    kwokctl: str = ""
     pids: dict[str, int] = field(default_factory=dict)
     nodes: list[dict] = field(default_factory=list)
     started: float = 0.0
@@ -178,9 +179,9 @@ class Cluster:
             raise LabError(f"kubectl {' '.join(args[:3])} failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
         return res.stdout
 
-    def _kwokctl(self, tools: Toolchain, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def _kwokctl(self, kwokctl: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         log = self.dir / "kwokctl.log"
-        res = subprocess.run([str(tools.kwokctl), *args], capture_output=True, text=True, env=self._env(),
+        res = subprocess.run([str(kwokctl), *args], capture_output=True, text=True, env=self._env(),
                              timeout=timeout, check=False)
         with log.open("a") as fh:
             fh.write(f"$ kwokctl {' '.join(args)}\n{res.stdout}{res.stderr}\n")
@@ -213,10 +214,11 @@ class Cluster:
             "kind: KwokctlConfiguration\napiVersion: config.kwok.x-k8s.io/v1alpha1\n"
             "options:\n  bindAddress: 127.0.0.1\n"
         )
-        state = ClusterState(kubeconfig=str(self.kubeconfig), workdir=str(self.workdir), started=time.time())
+        state = ClusterState(kubeconfig=str(self.kubeconfig), workdir=str(self.workdir), kwokctl=str(tools.kwokctl),
+                             started=time.time())
         self.save(state)
         res = self._kwokctl(
-            tools, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary", "--config", str(config),
+            tools.kwokctl, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary", "--config", str(config),
             "--kubeconfig", str(self.kubeconfig),
             "--kube-apiserver-binary", str(tools.kube_apiserver),
             "--kube-controller-manager-binary", str(tools.kube_controller_manager),
@@ -283,12 +285,9 @@ class Cluster:
         sim = state.pids.get("devplugin-sim")
         if sim and _alive(sim):
             os.kill(sim, signal.SIGTERM)
-        try:
-            tools = ensure_toolchain(lambda _msg: None)
-        except LabError:
-            tools = None
-        if tools is not None and Path(state.workdir, "clusters", state.name).exists():
-            res = self._kwokctl(tools, "delete", "cluster", "--name", state.name, "--kubeconfig", state.kubeconfig, timeout=120)
+        # The kwokctl that created the cluster deletes it; down never builds anything.
+        if Path(state.kwokctl).is_file() and Path(state.workdir, "clusters", state.name).exists():
+            res = self._kwokctl(Path(state.kwokctl), "delete", "cluster", "--name", state.name, "--kubeconfig", state.kubeconfig, timeout=120)
             if res.returncode != 0:
                 progress(f"lab cluster: kwokctl delete failed ({res.stderr.strip()[-200:]}); stopping the recorded PIDs")
         # Whatever kwokctl did, each recorded process must be gone; stop the ones that are not, by PID.
