@@ -28,7 +28,7 @@ from pathlib import Path
 from .distros import DISTROS
 from .errors import LabError
 from .hardware import load_profile, profile_names
-from .machines import Lab, state_dir
+from .machines import Lab, process_alive, state_dir, wait_gone
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
 CLUSTER_NAME = "gpuops-lab"
@@ -128,20 +128,6 @@ def parse_node_spec(text: str) -> NodeSpec:
     return NodeSpec(name, profile, distro or "noble")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie of ours is gone for every purpose here.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Cluster:
     """The cluster's state directory: cluster.json, the kubeconfig, kwokctl's work directory, logs."""
 
@@ -200,7 +186,7 @@ class Cluster:
         if os.geteuid() != 0:
             raise LabError("must run as root, like the rest of the lab")
         existing = self.load()
-        if existing and any(_alive(p) for p in existing.pids.values()):
+        if existing and any(process_alive(p) for p in existing.pids.values()):
             raise LabError(f"a lab cluster is already running (state in {self.dir}); run 'lab cluster down' first")
         names = [n.name for n in nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -283,7 +269,7 @@ class Cluster:
             return []
         stopped = []
         sim = state.pids.get("devplugin-sim")
-        if sim and _alive(sim):
+        if sim and process_alive(sim):
             os.kill(sim, signal.SIGTERM)
         # The kwokctl that created the cluster deletes it; down never builds anything.
         if Path(state.kwokctl).is_file() and Path(state.workdir, "clusters", state.name).exists():
@@ -292,18 +278,11 @@ class Cluster:
                 progress(f"lab cluster: kwokctl delete failed ({res.stderr.strip()[-200:]}); stopping the recorded PIDs")
         # Whatever kwokctl did, each recorded process must be gone; stop the ones that are not, by PID.
         for name, pid in state.pids.items():
-            deadline = time.monotonic() + 10
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
+            if not wait_gone(pid, 10.0):
                 os.kill(pid, signal.SIGKILL)
+                if not wait_gone(pid, 5.0):
+                    raise LabError(f"{name} (pid {pid}) did not stop")
             stopped.append(f"{name} ({pid})")
-        for name, pid in state.pids.items():
-            deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _alive(pid):
-                raise LabError(f"{name} (pid {pid}) did not stop")
         shutil.rmtree(self.dir)
         return stopped
 
@@ -312,9 +291,9 @@ class Cluster:
         if state is None:
             return {"running": False, "components": {}, "nodes": 0}
         return {
-            "running": all(_alive(p) for p in state.pids.values()) and bool(state.pids),
+            "running": all(process_alive(p) for p in state.pids.values()) and bool(state.pids),
             "kubeconfig": state.kubeconfig,
-            "components": {name: {"pid": pid, "running": _alive(pid)} for name, pid in state.pids.items()},
+            "components": {name: {"pid": pid, "running": process_alive(pid)} for name, pid in state.pids.items()},
             "nodes": len(state.nodes),
         }
 

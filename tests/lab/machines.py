@@ -344,9 +344,9 @@ class Lab:
         """Stop one machine by its recorded PID: SIGTERM (a clean poweroff), SIGKILL if it hangs."""
         if self.is_ours(machine):
             os.kill(machine.pid, signal.SIGTERM)
-            if not _wait_gone(machine.pid, timeout):
+            if not wait_gone(machine.pid, timeout):
                 os.kill(machine.pid, signal.SIGKILL)
-                _wait_gone(machine.pid, 10.0)
+                wait_gone(machine.pid, 10.0)
         # The container's processes die with its init; wait for the last of them to be reaped.
         deadline = time.monotonic() + 10.0
         while self.processes_inside(machine) and time.monotonic() < deadline:
@@ -429,7 +429,22 @@ class Lab:
         return stopped
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether pid runs. A zombie has exited, whoever still has to reap it (a process whose parent
+    exited before it, as kwokctl's components are, waits for init to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
     """Wait for a child or a foreign process to exit; reap it if it is our child."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -438,9 +453,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
                 return True
         except ChildProcessError:
             pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not process_alive(pid):
             return True
         time.sleep(0.1)
     return False

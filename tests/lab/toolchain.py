@@ -124,6 +124,13 @@ def _tools_go(imports: list[str]) -> str:
     return "//go:build tools\n\npackage tools\n\nimport (\n" + "".join(f'\t_ "{i}"\n' for i in imports) + ")\n"
 
 
+def _empty_dir(path: Path) -> Path:
+    """path as a new, empty directory (whatever a failed build left there goes)."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def _finish(tmp: Path, final: Path) -> Path:
     if final.exists():
         shutil.rmtree(final)
@@ -141,9 +148,7 @@ def build_kubernetes(log: Path) -> Path:
     final = _bin_dir("kubernetes", KUBERNETES_VERSION)
     if all((final / b).exists() for b in KUBE_BINARIES):
         return final
-    src = cluster_cache() / "src" / f"kubernetes-{KUBERNETES_VERSION}"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir(parents=True)
+    src = _empty_dir(cluster_cache() / "src" / f"kubernetes-{KUBERNETES_VERSION}")
     info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], src, log,
                           f"fetching k8s.io/kubernetes {KUBERNETES_VERSION}"))
     upstream = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading the kubernetes go.mod"))
@@ -153,9 +158,7 @@ def build_kubernetes(log: Path) -> Path:
     # The proxy's .info has the release's commit time (and, from some proxies, its commit).
     release = json.loads(Path(info["Info"]).read_text())
     commit = (release.get("Origin") or {}).get("Hash", "")
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     _go(["build", "-trimpath", "-tags", "selinux,notest", "-ldflags", version_ldflags(KUBERNETES_VERSION, release["Time"], commit),
          "-o", str(tmp) + "/", *[f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]],
         src, log, f"building kubernetes {KUBERNETES_VERSION}")
@@ -167,15 +170,11 @@ def build_etcd(log: Path) -> Path:
     final = _bin_dir("etcd", ETCD_VERSION)
     if (final / "etcd").exists():
         return final
-    src = cluster_cache() / "src" / f"etcd-{ETCD_VERSION}"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir(parents=True)
+    src = _empty_dir(cluster_cache() / "src" / f"etcd-{ETCD_VERSION}")
     (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n")
     (src / "tools.go").write_text(_tools_go(["go.etcd.io/etcd/server/v3"]))
     _go(["mod", "tidy"], src, log, f"resolving etcd {ETCD_VERSION}")
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
         src, log, f"building etcd {ETCD_VERSION}")
     _check_version(tmp / "etcd", f"etcd Version: {ETCD_VERSION.lstrip('v')}")
@@ -186,9 +185,7 @@ def build_kwok(log: Path) -> Path:
     final = _bin_dir("kwok", KWOK_VERSION)
     if (final / "kwok").exists() and (final / "kwokctl").exists():
         return final
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     env = {**go_env(), "GOBIN": str(tmp)}
     _go(["install", "-trimpath", "-ldflags", "-s -w",
          f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}", f"sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}"],
