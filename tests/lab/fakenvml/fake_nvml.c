@@ -62,6 +62,13 @@ typedef struct {
     char busId[32];
 } nvmlPciInfo_t;
 
+/* What nvmlDeviceGetPciInfo and _v2 fill: the 16-byte bus id and four reserved words (52 bytes). */
+typedef struct {
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    unsigned int reserved[4];
+} nvmlPciInfoLegacy_t;
+
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;
@@ -319,8 +326,20 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(void *h, nvmlPciInfo_t *pci) {
     copy_field(pci->busIdLegacy, sizeof pci->busIdLegacy, legacy);
     return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetPciInfo_v2(void *h, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(h, pci); }
-nvmlReturn_t nvmlDeviceGetPciInfo(void *h, nvmlPciInfo_t *pci) { return nvmlDeviceGetPciInfo_v3(h, pci); }
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(void *h, nvmlPciInfoLegacy_t *pci) {
+    nvmlPciInfo_t full;
+    nvmlReturn_t ret = nvmlDeviceGetPciInfo_v3(h, pci ? &full : NULL);
+    if (ret != NVML_SUCCESS) return ret;
+    memset(pci, 0, sizeof *pci);
+    memcpy(pci->busId, full.busIdLegacy, sizeof pci->busId);
+    pci->domain = full.domain;
+    pci->bus = full.bus;
+    pci->device = full.device;
+    pci->pciDeviceId = full.pciDeviceId;
+    pci->pciSubSystemId = full.pciSubSystemId;
+    return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetPciInfo(void *h, nvmlPciInfoLegacy_t *pci) { return nvmlDeviceGetPciInfo_v2(h, pci); }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *mem) {
     NEED_GPU(h);

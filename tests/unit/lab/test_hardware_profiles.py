@@ -6,6 +6,8 @@ the compute capability, counts and memory from the profile.
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
 
@@ -290,3 +292,19 @@ def test_impossible_mig_layouts_are_named(devices, message):
     profile["gpus"]["mig_devices"] = devices
     with pytest.raises(LabError, match=message):
         mig_layout(profile["gpus"], "a100-pcie-mig")
+
+
+@pytest.mark.parametrize(("entry", "size"), [("nvmlDeviceGetPciInfo", 52), ("nvmlDeviceGetPciInfo_v2", 52), ("nvmlDeviceGetPciInfo_v3", 68)])
+def test_pci_info_writes_only_the_struct_its_entry_point_has(tmp_path, fake_nvml, entry, size):
+    # Bindings as old as Ubuntu 22.04's (pynvml 7.352) pass the 52-byte struct of the v1/v2 calls; a
+    # fake that writes the v3 layout there corrupts their heap.
+    write_hardware(load_profile("v100"), tmp_path, "m", "6.8.0-1-generic", fake_nvml)
+    lib = ctypes.CDLL(str(tmp_path / "nvml/libnvidia-ml.so.1"))
+    assert lib.nvmlInit_v2() == 0
+    handle = ctypes.c_void_p()
+    assert lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(0), ctypes.byref(handle)) == 0
+    buf = (ctypes.c_ubyte * (size + 32))(*([0xAA] * (size + 32)))
+    assert getattr(lib, entry)(handle, buf) == 0
+    assert bytes(buf[size:]) == b"\xaa" * 32
+    assert bytes(buf[:12]) == b"0000:1a:00.0"
+    assert int.from_bytes(bytes(buf[16 + 12:16 + 16]), "little") == 0x1DB110DE
