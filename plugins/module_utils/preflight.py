@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import resolve_method
+
 # (distribution as Ansible names it, major version) the collection installs on.
 SUPPORTED = {
     ("Ubuntu", "22"), ("Ubuntu", "24"), ("Debian", "12"),
@@ -11,7 +13,7 @@ SUPPORTED = {
     ("Rocky", "8"), ("Rocky", "9"), ("Rocky", "10"),
     ("AlmaLinux", "8"), ("AlmaLinux", "9"), ("AlmaLinux", "10"),
 }
-DRIVER_METHODS = ("precompiled", "dkms", "containerized", "none")
+DRIVER_METHODS = ("auto", "precompiled", "dkms", "containerized", "none")
 # Install methods whose kernel modules are built on the node and so are not signed for Secure Boot.
 UNSIGNED_METHODS = ("dkms",)
 
@@ -23,11 +25,13 @@ def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
 def findings(gpu_info: dict, distribution: str, major_version: str, settings: dict) -> list[dict[str, str]]:
     """Blockers (the install would fail or the node would not work) and warnings, in a stable order.
 
-    settings: driver_method (precompiled, dkms, containerized, none), fabricmanager_enabled (bool).
+    settings: driver_method (auto, precompiled, dkms, containerized, none), driver_repository (distro, cuda),
+    fabricmanager_enabled (bool), nouveau_managed (bool: the nouveau role runs before the driver).
     """
-    method = settings.get("driver_method", "precompiled")
+    method = settings.get("driver_method", "auto")
     if method not in DRIVER_METHODS:
         raise ValueError(f"driver method {method!r} is not one of {', '.join(DRIVER_METHODS)}")
+    method = resolve_method(distribution, settings.get("driver_repository", "distro"), method)
     found = []
     pci, node, derived = gpu_info["pci"], gpu_info["node"], gpu_info["derived"]
     if (distribution, str(major_version)) not in SUPPORTED:
@@ -42,9 +46,12 @@ def findings(gpu_info: dict, distribution: str, major_version: str, settings: di
         return found
     if node["modules"]["nouveau"] and method != "none":
         bound = [g["bus_id"] for g in pci["gpus"] if g.get("driver") == "nouveau"]
+        managed = settings.get("nouveau_managed", False)
         found.append(_finding(
-            "nouveau_loaded", "blocker",
+            "nouveau_loaded", "warning" if managed else "blocker",
             "the nouveau module is loaded" + (f" and bound to {', '.join(bound)}" if bound else ""),
+            "the gpuops.nvidia.nouveau role that follows blacklists it and rebuilds the initramfs; the NVIDIA "
+            "driver loads after a reboot (gpuops_nouveau_reboot: true reboots)" if managed else
             "run the gpuops.nvidia.nouveau role (blacklist, rebuild the initramfs) and reboot",
         ))
     if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms"):
@@ -58,9 +65,11 @@ def findings(gpu_info: dict, distribution: str, major_version: str, settings: di
         ))
     if method == "dkms" and not node["kernel"]["headers_installed"]:
         found.append(_finding(
-            "kernel_headers_missing", "blocker",
-            f"DKMS needs the headers of the running kernel {node['kernel']['running']}, and they are not installed",
-            f"install the kernel headers package for {node['kernel']['running']}, or use the precompiled method",
+            "kernel_headers_missing", "warning",
+            f"DKMS needs the headers of the kernel it builds for ({node['kernel']['running']} is running), "
+            "and they are not installed",
+            "the driver role installs the headers of the kernel it installs for; without the role, install them "
+            "or use the precompiled method",
         ))
     loaded, recommended = node["modules"]["flavour"], derived["kernel_module_type"]["type"]
     if loaded and recommended and loaded != recommended and method in ("precompiled", "dkms"):

@@ -1,28 +1,9 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
 from ansible_collections.gpuops.nvidia.plugins.module_utils.preflight import findings, report_lines
 
-from tests.lab.hardware import build_fake_nvml, load_profile, write_hardware
-
 DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
-
-
-@pytest.fixture(scope="module")
-def info_of(tmp_path_factory):
-    lib = build_fake_nvml(tmp_path_factory.mktemp("cache"))
-    cache: dict[str, dict] = {}
-
-    def read(profile: str) -> dict:
-        if profile not in cache:
-            hw = tmp_path_factory.mktemp(profile)
-            write_hardware(load_profile(profile), hw, "m", "6.8.0-45-generic", lib)
-            nvml = hw / "nvml/libnvidia-ml.so.1"
-            cache[profile] = collect(str(hw), str(nvml) if nvml.exists() else None, {}, "none")
-        return cache[profile]
-
-    return read
 
 
 def ids(found, severity="blocker"):
@@ -39,7 +20,12 @@ def ids(found, severity="blocker"):
         ("l40s", ("Debian", "12"), DEFAULTS, ["nouveau_loaded"]),
         ("l40s", ("Debian", "12"), {**DEFAULTS, "driver_method": "none"}, []),
         ("gh200", ("Ubuntu", "24"), DEFAULTS, []),
-        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "dkms"}, ["secure_boot_unsigned", "kernel_headers_missing"]),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "dkms"}, ["secure_boot_unsigned"]),
+        # auto is precompiled from Ubuntu's archive, DKMS from Debian's or from the CUDA repository.
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto"}, []),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto", "driver_repository": "cuda"}, ["secure_boot_unsigned"]),
+        ("gh200", ("Debian", "12"), {**DEFAULTS, "driver_method": "auto"}, ["secure_boot_unsigned"]),
+        ("l40s", ("Debian", "12"), {**DEFAULTS, "nouveau_managed": True}, []),
         ("v100", ("Ubuntu", "22"), DEFAULTS, []),
         ("a100-pcie-mig", ("CentOS", "7"), DEFAULTS, ["unsupported_distribution"]),
     ],
@@ -59,6 +45,17 @@ def test_nouveau_finding_names_the_bound_gpus_and_the_fix(info_of):
     assert "gpuops.nvidia.nouveau" in f["fix"]
 
 
+def test_nouveau_is_a_warning_when_the_nouveau_role_follows(info_of):
+    (f,) = findings(info_of("l40s"), "Debian", "12", {**DEFAULTS, "nouveau_managed": True})
+    assert f["id"] == "nouveau_loaded" and f["severity"] == "warning"
+    assert "reboot" in f["fix"] and "gpuops_nouveau_reboot" in f["fix"]
+
+
+def test_missing_headers_warn_for_dkms_as_the_driver_role_installs_them(info_of):
+    found = findings(info_of("v100"), "Debian", "12", {**DEFAULTS, "driver_method": "dkms"})
+    assert "kernel_headers_missing" in ids(found, "warning")
+
+
 def test_mixed_module_types_block(info_of):
     info = info_of("v100")
     mixed = {**info, "derived": {**info["derived"], "kernel_module_type": {"type": None, "reason": None, "error": "mix"}}}
@@ -66,7 +63,7 @@ def test_mixed_module_types_block(info_of):
 
 
 def test_unknown_driver_method_is_named(info_of):
-    with pytest.raises(ValueError, match="driver method 'runfile' is not one of precompiled, dkms, containerized, none"):
+    with pytest.raises(ValueError, match="driver method 'runfile' is not one of auto, precompiled, dkms, containerized, none"):
         findings(info_of("v100"), "Ubuntu", "24", {"driver_method": "runfile"})
 
 

@@ -1,0 +1,191 @@
+#!/usr/bin/python
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: driver_info
+short_description: Plan the NVIDIA driver install for a node, and read the driver it already has
+version_added: 0.1.0
+description:
+  - Decides, from the hardware facts of M(gpuops.nvidia.gpu_info) and the request, what the driver role installs
+    and refuses what cannot work, before anything on the host changes.
+  - Reads the package database (C(dpkg-query) or C(rpm)), the candidate versions (C(apt-cache policy)), the
+    kernels installed under C(/lib/modules) and the flavour of the installed C(nvidia) module (C(modinfo)).
+  - Fails, naming the variable, on an unknown branch, a branch without packages for the distribution (or whose
+    packages are transitional ones of another branch), a kernel module flavour the GPUs cannot run, a method the
+    source cannot serve, a change of the installed branch not allowed by O(allow_branch_change), and a host
+    driver on a node set for the containerized driver (or the other way round).
+  - Never changes anything; always returns C(changed=false).
+author:
+  - gpuops.nvidia maintainers (@gpuops)
+options:
+  gpu_info:
+    description: The C(gpu_info) structure returned by M(gpuops.nvidia.gpu_info).
+    type: dict
+    required: true
+  distribution:
+    description: The distribution as Ansible names it (C(ansible_facts.distribution)).
+    type: str
+    required: true
+  major_version:
+    description: Its major version (C(ansible_facts.distribution_major_version)).
+    type: str
+    required: true
+  architecture:
+    description: The machine architecture (C(ansible_facts.architecture)).
+    type: str
+    default: x86_64
+  method:
+    description:
+      - C(precompiled) signed modules built by the distribution, C(dkms) modules built on the node,
+        C(containerized) the driver container (nothing installed on the host).
+      - C(auto) is C(precompiled) on Ubuntu from its archive and C(dkms) elsewhere.
+    type: str
+    choices: [auto, precompiled, dkms, containerized]
+    default: auto
+  repository:
+    description: C(distro) the distribution's own archive, C(cuda) NVIDIA's CUDA repository (or a mirror of it).
+    type: str
+    choices: [distro, cuda]
+    default: distro
+  branch:
+    description: Driver branch, for example C(580); empty keeps the installed branch, or takes the newest available.
+    type: str
+    default: ""
+  kernel_module_type:
+    description: C(open) or C(proprietary) kernel modules; C(auto) takes the GPUs' recommendation.
+    type: str
+    choices: [auto, open, proprietary]
+    default: auto
+  kernel_release:
+    description: Kernel to install the modules for; empty for the running kernel, or the newest installed one in an image build.
+    type: str
+    default: ""
+  compute_only:
+    description: Headless compute userspace only (no X, OpenGL, video or display libraries).
+    type: bool
+    default: true
+  allow_branch_change:
+    description: Allow replacing an installed driver of another branch.
+    type: bool
+    default: false
+  allow_method_change:
+    description: Allow a host driver on a node recorded as set for the containerized driver.
+    type: bool
+    default: false
+  cuda_repo_url:
+    description: Base URL of the CUDA repository (NVIDIA's, or an internal mirror with the same layout).
+    type: str
+    default: https://developer.download.nvidia.com/compute/cuda/repos
+  repo_ready:
+    description: Whether the CUDA repository is configured, so its candidates can be checked.
+    type: bool
+    default: false
+  image_build:
+    description: C(auto) detects an image build (chroot, no running systemd); C(true)/C(false) force it.
+    type: str
+    choices: ["auto", "true", "false"]
+    default: auto
+  state_dir:
+    description: Where the collection records the node's driver method.
+    type: path
+    default: /etc/gpuops-nvidia
+  module_options:
+    description: "Kernel module options, C({module: {option: value}}), checked and rendered as a modprobe file."
+    type: dict
+    default: {}
+  root:
+    description: File system root whose C(lib/modules) holds the kernels.
+    type: path
+    default: /
+"""
+
+EXAMPLES = r"""
+- name: Plan the driver
+  gpuops.nvidia.driver_info:
+    gpu_info: "{{ gpuops_gpu_info }}"
+    distribution: "{{ ansible_facts.distribution }}"
+    major_version: "{{ ansible_facts.distribution_major_version }}"
+    branch: "580"
+  register: plan
+"""
+
+RETURN = r"""
+plan:
+  description: What the driver role installs.
+  returned: success
+  type: dict
+  sample:
+    family: ubuntu
+    method: precompiled
+    branch: 580
+    module_type: open
+    kernel: 6.8.0-151-generic
+    packages: [nvidia-headless-no-dkms-580-server-open, nvidia-utils-580-server, linux-modules-nvidia-580-server-open-6.8.0-151-generic]
+    install: true
+    unhold: []
+installed:
+  description: The driver the package database holds (packages, version, branch, held and not held packages, module flavour).
+  returned: success
+  type: dict
+  sample: {packages: [], version: null, branch: null, held: [], not_held: [], module_type: null}
+reboot_required:
+  description: Whether the installed driver runs only after a reboot.
+  returned: success
+  type: bool
+reboot_reasons:
+  description: Why a reboot is required.
+  returned: success
+  type: list
+  elements: str
+marker:
+  description: The driver method recorded on the node, if any.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import PlanError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.driver_host import Host, make_plan, reboot_reasons
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "gpu_info": {"type": "dict", "required": True},
+            "distribution": {"type": "str", "required": True},
+            "major_version": {"type": "str", "required": True},
+            "architecture": {"type": "str", "default": "x86_64"},
+            "method": {"type": "str", "choices": ["auto", "precompiled", "dkms", "containerized"], "default": "auto"},
+            "repository": {"type": "str", "choices": ["distro", "cuda"], "default": "distro"},
+            "branch": {"type": "str", "default": ""},
+            "kernel_module_type": {"type": "str", "choices": ["auto", "open", "proprietary"], "default": "auto"},
+            "kernel_release": {"type": "str", "default": ""},
+            "compute_only": {"type": "bool", "default": True},
+            "allow_branch_change": {"type": "bool", "default": False},
+            "allow_method_change": {"type": "bool", "default": False},
+            "cuda_repo_url": {"type": "str", "default": "https://developer.download.nvidia.com/compute/cuda/repos"},
+            "repo_ready": {"type": "bool", "default": False},
+            "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "state_dir": {"type": "path", "default": "/etc/gpuops-nvidia"},
+            "module_options": {"type": "dict", "default": {}},
+            "root": {"type": "path", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    try:
+        result = make_plan(module.params, module.params["gpu_info"], host, module.params["root"])
+    except PlanError as exc:
+        module.fail_json(msg=str(exc), variable=exc.variable)
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc))
+    reasons = reboot_reasons(result["plan"], result["installed"], module.params["gpu_info"])
+    module.exit_json(changed=False, reboot_required=bool(reasons), reboot_reasons=reasons, **result)
+
+
+if __name__ == "__main__":
+    main()
