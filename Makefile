@@ -72,6 +72,7 @@ lab-kubeconfig: ## print the lab cluster's kubeconfig path
 	@$(LAB) cluster kubeconfig
 
 demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run playbooks/site.yml against it
+	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab
 	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
