@@ -59,7 +59,7 @@ def host(tmp_path, monkeypatch):
 
 
 def test_check_mode_writes_nothing_and_says_what_would_change(host):
-    sysroot, run, calls, _ = host
+    sysroot, run, calls = host[:3]
     res = run(check=True)
     assert res["changed"] and res["initramfs"]["rebuilt"]
     assert res["diff"]["after"] == nv.CONTENT and res["diff"]["before"] == ""
@@ -68,7 +68,7 @@ def test_check_mode_writes_nothing_and_says_what_would_change(host):
 
 
 def test_writes_rebuilds_once_then_changes_nothing(host):
-    sysroot, run, calls, _ = host
+    sysroot, run, calls = host[:3]
     first = run()
     path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
     assert first["changed"] and path.read_text() == nv.CONTENT
@@ -80,7 +80,7 @@ def test_writes_rebuilds_once_then_changes_nothing(host):
 
 
 def test_an_initramfs_older_than_the_file_is_rebuilt(host):
-    sysroot, run, calls, _ = host
+    sysroot, run, calls = host[:3]
     path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
     path.parent.mkdir(parents=True)
     path.write_text(nv.CONTENT)  # an earlier run stopped before the rebuild
@@ -90,7 +90,7 @@ def test_an_initramfs_older_than_the_file_is_rebuilt(host):
 
 
 def test_another_blacklist_is_not_fought(host):
-    sysroot, run, calls, _ = host
+    sysroot, run, calls = host[:3]
     (sysroot / "usr/lib/modprobe.d").mkdir(parents=True)
     (sysroot / "usr/lib/modprobe.d/nvidia-graphics-drivers.conf").write_text("blacklist nouveau\n")
     res = run()
@@ -100,7 +100,7 @@ def test_another_blacklist_is_not_fought(host):
 
 
 def test_absent_removes_only_ours(host):
-    sysroot, run, _calls, _ = host
+    sysroot, run = host[:2]
     run()
     res = run(state="absent")
     assert res["changed"] and res["diff"]["after"] == ""
@@ -125,5 +125,5 @@ def test_nouveau_read_from_another_root_is_not_unloaded(host):
 
 
 def test_the_module_result_is_json(host):
-    _sysroot, run, _calls, _ = host
+    run = host[1]
     json.dumps(run())
