@@ -56,6 +56,7 @@ _MODULE_DEB = re.compile(r"^(linux-modules-nvidia-|linux-objects-nvidia-|nvidia-
 _MODULE_RPM = re.compile(r"^(kmod-nvidia|nvidia-kmod)")
 _CORE_RPM = (re.compile(r"^nvidia-driver-cuda-libs$"), re.compile(r"^nvidia-driver$"), re.compile(r"^kmod-nvidia"))
 _VERSION = re.compile(r"^(?:\d+:)?(\d{3})\.(\d+)(?:\.(\d+))?")
+_NAME_BRANCH = re.compile(r"-(\d{3})(?:-server)?(?:-open)?(?:-|$)")
 _KERNEL = re.compile(r"^\d+\.\d+(\.\d+)?[-+.~_A-Za-z0-9]*$")
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MODPROBE_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
@@ -317,14 +318,28 @@ def installed_driver(packages: dict[str, dict], family: str) -> dict:
     modules = sorted(n for n in mine if (_MODULE_RPM if family == "rhel" else _MODULE_DEB).match(n))
     if not modules:
         version = None
+    branch = branch_of(version)
+    # Packages of another branch left behind (firmware or libraries a binding pulled in before the
+    # driver was chosen): reported, never held.
+    stray = sorted(n for n, p in mine.items() if branch and package_branch(n, p["version"]) not in (None, branch))
     return {
         "packages": sorted(mine),
         "modules": modules,
         "version": version,
-        "branch": branch_of(version),
+        "branch": branch,
         "held": sorted(n for n, p in mine.items() if p.get("held")),
-        "not_held": sorted(n for n, p in mine.items() if not p.get("held")),
+        "not_held": sorted(n for n, p in mine.items() if not p.get("held") and n not in stray),
+        "stray": stray,
     }
+
+
+def package_branch(name: str, version: str | None) -> int | None:
+    """The driver branch a package belongs to, from its version or its name; None for branch-neutral ones."""
+    found = branch_of(version)
+    if found:
+        return found
+    m = _NAME_BRANCH.search(name)
+    return int(m.group(1)) if m else None
 
 
 def check_branch_change(installed: dict, branch: int, allow: bool) -> None:

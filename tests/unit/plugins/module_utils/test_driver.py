@@ -320,3 +320,31 @@ def test_libraries_without_a_kernel_module_are_not_an_installed_driver():
     assert got["packages"] == ["libnvidia-compute-615-server", "nvidia-kernel-common-615-server"]
     packages["nvidia-dkms-615-server-open"] = {"version": "615.71.09-0ubuntu0.24.04.2", "held": False}
     assert driver.installed_driver(packages, "ubuntu")["branch"] == 615
+
+
+def test_packages_of_another_branch_are_stray_and_never_held():
+    # Ubuntu 22.04 after the 580 install replaced the 615 libraries python3-pynvml had pulled in.
+    packages = {
+        "nvidia-dkms-580-server": {"version": "580.178.04-0ubuntu0.22.04.1", "held": False},
+        "libnvidia-compute-580-server": {"version": "580.178.04-0ubuntu0.22.04.1", "held": False},
+        "linux-modules-nvidia-580-server-5.15.0-204-generic": {"version": "5.15.0-204.214", "held": False},
+        "nvidia-firmware-615-server-615.71.09": {"version": "615.71.09-0ubuntu0.22.04.1", "held": False},
+        "nvidia-kernel-common": {"version": "20151021+13", "held": False},
+    }
+    got = driver.installed_driver(packages, "ubuntu")
+    assert got["branch"] == 580
+    assert got["stray"] == ["nvidia-firmware-615-server-615.71.09"]
+    assert got["not_held"] == ["libnvidia-compute-580-server", "linux-modules-nvidia-580-server-5.15.0-204-generic",
+                               "nvidia-dkms-580-server", "nvidia-kernel-common"]
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "branch"),
+    [("linux-modules-nvidia-580-server-open-6.8.0-151-generic", "6.8.0-151.151", 580),
+     ("nvidia-firmware-615-server-615.71.09", "615.71.09-0ubuntu0.22.04.1", 615),
+     ("libcuda1", "535.309.01-0+deb12u1", 535),
+     ("nvidia-kernel-common", "20151021+13", None),
+     ("glx-alternative-nvidia", "1.2.2", None)],
+)
+def test_package_branch(name, version, branch):
+    assert driver.package_branch(name, version) == branch
