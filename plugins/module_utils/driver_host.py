@@ -173,6 +173,13 @@ def make_plan(request: dict, gpu_info: dict, host: Host, root: str = "/") -> dic
     kernel_state = node.get("kernel", {})
     kernel, kernel_reason = driver.target_kernel(request["kernel_release"], kernel_state.get("running"),
                                                  installed_kernels(root), image_build)
+    if request.get("offline"):
+        # What can be refused without the package lists, before the role refreshes them.
+        if branch is not None:
+            driver.check_branch_for_gpus(branch, gpus)
+            driver.check_branch_change(installed, branch, request["allow_branch_change"])
+        plan.update(branch=branch, module_type=module_type, module_type_reason=why, kernel=kernel, kernel_reason=kernel_reason)
+        return {"plan": plan, "installed": installed, "marker": marker, "candidates": {}}
     candidates: dict[str, str | None] = {}
     where = f"{dist} {major} ({repository} repository)"
     if family == "ubuntu" and repository == "distro":

@@ -169,6 +169,7 @@ def main() -> None:
             "allow_method_change": {"type": "bool", "default": False},
             "cuda_repo_url": {"type": "str", "default": "https://developer.download.nvidia.com/compute/cuda/repos"},
             "repo_ready": {"type": "bool", "default": False},
+            "offline": {"type": "bool", "default": False},
             "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
             "state_dir": {"type": "path", "default": "/etc/gpuops-nvidia"},
             "module_options": {"type": "dict", "default": {}},

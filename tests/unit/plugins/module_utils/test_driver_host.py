@@ -191,3 +191,14 @@ def test_reboot_reasons(info_of):
     assert any("installed for kernel 6.8.0-151-generic" in r for r in reasons)
     assert any("loaded nvidia modules are proprietary" in r for r in reasons)
     assert driver_host.reboot_reasons({**plan, "image_build": True}, {}, info) == []
+
+
+def test_offline_checks_run_no_apt_cache_and_still_refuse(info_of, root):
+    fake = FakeHost("jammy")
+    out = driver_host.make_plan(request(major_version="22", branch="580", offline=True), info_of("v100"), fake.host(),
+                                root("5.15.0-204-generic"))
+    assert out["plan"]["branch"] == 580 and out["plan"]["packages"] == []
+    assert [c[0] for c in fake.calls] == ["dpkg-query"]
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 590: .* supported up to branch 580"):
+        driver_host.make_plan(request(major_version="22", branch="590", offline=True), info_of("v100"), FakeHost("jammy").host(),
+                              root("5.15.0-204-generic"))
