@@ -84,6 +84,12 @@ options:
     description: Whether the CUDA repository is configured, so its candidates can be checked.
     type: bool
     default: false
+  offline:
+    description:
+      - Check only what needs no package lists (branch, flavour, method, kernel, branch change, containerized
+        conflicts) and run no C(apt-cache); the role does this before it refreshes the lists.
+    type: bool
+    default: false
   image_build:
     description: C(auto) detects an image build (chroot, no running systemd); C(true)/C(false) force it.
     type: str
