@@ -16,6 +16,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import driver
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
+# DNF4's versionlock plugin list (DNF5 keeps /etc/dnf/versionlock.toml, not read yet).
+VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 DPKG_FORMAT = "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"
 
 
@@ -93,12 +95,7 @@ class Host:
             rc, out, err = self._cmd(["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"])
             if rc != 0:
                 raise RuntimeError(f"rpm -qa failed: {err.strip()}")
-            locked = ""
-            for path in ("/etc/dnf/plugins/versionlock.list",):
-                if os.path.isfile(path):
-                    with open(path, encoding="utf-8") as handle:
-                        locked = handle.read()
-            return parse_rpm(out, locked)
+            return parse_rpm(out, _read_text(VERSIONLOCK_LIST))
         rc, out, err = self._cmd(["dpkg-query", "-W", "-f", DPKG_FORMAT])
         if rc != 0:
             raise RuntimeError(f"dpkg-query failed: {err.strip()}")
@@ -110,8 +107,8 @@ class Host:
         rc, out, err = self._cmd(["apt-cache", "policy", *names])
         if rc != 0:
             raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
-        found = parse_policy(out)
-        return {n: found.get(n) for n in names} | {n: v for n, v in found.items() if n not in names}
+        # A name apt does not know is absent from its answer: no candidate.
+        return dict.fromkeys(names) | parse_policy(out)
 
     def package_names(self, prefix: str) -> list[str]:
         rc, out, _err = self._cmd(["apt-cache", "pkgnames", prefix])
@@ -253,12 +250,16 @@ def make_plan(request: dict, gpu_info: dict, host: Host, root: str = "/") -> dic
     return {"plan": plan, "installed": installed, "marker": marker, "candidates": {p: candidates.get(p) for p in plain}}
 
 
-def _read_marker(state_dir: str) -> str | None:
+def _read_text(path: str) -> str:
     try:
-        with open(os.path.join(state_dir, "driver-method"), encoding="utf-8") as handle:
-            return handle.read().strip() or None
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
     except OSError:
-        return None
+        return ""
+
+
+def _read_marker(state_dir: str) -> str | None:
+    return _read_text(os.path.join(state_dir, "driver-method")).strip() or None
 
 
 def reboot_reasons(plan: dict, installed: dict, gpu_info: dict) -> list[str]:
