@@ -12,6 +12,12 @@ status with the resources the plugin would advertise for the node's hardware pro
   (the plugin refuses any other layout, and advertises nothing);
 - mixed: `nvidia.com/gpu` for GPUs not in MIG mode, `nvidia.com/mig-<profile>` per MIG device.
 
+Sharing, as the device plugin's config manager and plugin apply it: when the pod runs with a config
+(CONFIG_FILE, the ConfigMap mounted as `available-configs`), the config is the one the node's
+`nvidia.com/device-plugin.config` label names, else the config manager's DEFAULT_CONFIG, else none; its
+`sharing.mps` (when present) or `sharing.timeSlicing` resources multiply their resource by `replicas`, under
+`<name>.shared` with `renameByDefault`. Label and ConfigMap changes are watched, as the config manager does.
+
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
 when a plugin unregisters. The roles are tested for what they change; nothing is preset.
 """
@@ -21,12 +27,47 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
+from dataclasses import dataclass
+
+import yaml
 
 from .hardware import load_profile
 
 SELECTOR = "app=nvidia-device-plugin-daemonset"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+
+@dataclass(frozen=True)
+class PluginPod:
+    """What a running plugin pod was started with."""
+
+    mig_strategy: str = "none"
+    namespace: str = ""
+    configmap: str | None = None  # the ConfigMap of named configs, when the pod runs with one
+    default_config: str = ""
+
+
+def shared(advert: dict[str, int], config: dict | None) -> dict[str, int]:
+    """The resources after sharing: replicated resources multiplied, renamed to <name>.shared when asked."""
+    sharing = (config or {}).get("sharing") or {}
+    block = sharing.get("mps") if sharing.get("mps") is not None else sharing.get("timeSlicing")
+    if not block:
+        return dict(advert)
+    replicas = {}
+    for res in block.get("resources") or []:
+        name = res["name"] if res["name"].startswith("nvidia.com/") else "nvidia.com/" + res["name"]
+        replicas[name] = int(res["replicas"])
+    out: dict[str, int] = {}
+    for name, count in advert.items():
+        if name in replicas:
+            key = name + ".shared" if block.get("renameByDefault") else name
+            out[key] = out.get(key, 0) + count * replicas[name]
+        else:
+            out[name] = out.get(name, 0) + count
+    return out
 
 
 def advertised(profile: dict, mig_strategy: str) -> dict[str, int]:
@@ -54,27 +95,78 @@ def advertised(profile: dict, mig_strategy: str) -> dict[str, int]:
     return resources
 
 
-def _mig_strategy(pod) -> str:
-    for container in pod.spec.containers or []:
+def _env(pod, name: str) -> str | None:
+    for container in list(pod.spec.containers or []) + list(getattr(pod.spec, "init_containers", None) or []):
         for env in container.env or []:
-            if env.name == "MIG_STRATEGY" and env.value:
+            if env.name == name and env.value is not None:
                 return env.value
-    return "none"
+    return None
+
+
+def plugin_pod(pod) -> PluginPod:
+    configmap = None
+    if _env(pod, "CONFIG_FILE"):
+        for volume in getattr(pod.spec, "volumes", None) or []:
+            if volume.name == "available-configs" and getattr(volume, "config_map", None):
+                configmap = volume.config_map.name
+    return PluginPod(_env(pod, "MIG_STRATEGY") or "none", pod.metadata.namespace or "", configmap,
+                     _env(pod, "DEFAULT_CONFIG") or "")
 
 
 class Simulator:
     def __init__(self, api) -> None:
         self.api = api
-        self.pods: dict[str, dict[str, str]] = {}  # node -> {pod uid: MIG strategy} of running plugin pods
+        self.pods: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running plugin pods
         self.applied: dict[str, dict[str, int]] = {}
         self.profiles: dict[str, dict | None] = {}
+        self.labels: dict[str, str | None] = {}  # node -> its nvidia.com/device-plugin.config
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        self.lock = threading.RLock()
 
     def _profile(self, node: str) -> dict | None:
         if node not in self.profiles:
             meta = self.api.read_node(node).metadata
             name = (meta.annotations or {}).get(PROFILE_ANNOTATION)
             self.profiles[node] = load_profile(name) if name else None
+            self.labels[node] = (meta.labels or {}).get(CONFIG_LABEL)
         return self.profiles[node]
+
+    def _config(self, node: str, pod: PluginPod) -> dict | None:
+        if not pod.configmap:
+            return None
+        name = self.labels.get(node) or pod.default_config
+        if not name:
+            return None
+        key = (pod.namespace, pod.configmap)
+        if key not in self.configmaps:
+            try:
+                self.configmaps[key] = dict(self.api.read_namespaced_config_map(pod.configmap, pod.namespace).data or {})
+            except Exception:  # not there (yet): the plugin would wait for it; advertise without sharing
+                return None
+        text = self.configmaps[key].get(name)
+        return yaml.safe_load(text) if text else None
+
+    def node_changed(self, node_obj) -> None:
+        """A node watch event: re-sync when its config label changed."""
+        name = node_obj.metadata.name
+        value = (node_obj.metadata.labels or {}).get(CONFIG_LABEL)
+        with self.lock:
+            if name in self.labels and self.labels[name] == value:
+                return
+            self.labels[name] = value
+            if self.pods.get(name):
+                self.sync(name)
+
+    def configmap_changed(self, cm, deleted: bool = False) -> None:
+        key = (cm.metadata.namespace, cm.metadata.name)
+        with self.lock:
+            if deleted:
+                self.configmaps.pop(key, None)
+            else:
+                self.configmaps[key] = dict(cm.data or {})
+            for node, pods in list(self.pods.items()):
+                if any((p.namespace, p.configmap) == key for p in pods.values()):
+                    self.sync(node)
 
     def resync(self, pods) -> None:
         """After a (re)list: the listed pods are all there is; nodes whose pods went meanwhile drop theirs."""
@@ -92,7 +184,7 @@ class Simulator:
         running = not deleted and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
         on_node = self.pods.setdefault(node, {})
         if running:
-            on_node[pod.metadata.uid] = _mig_strategy(pod)
+            on_node[pod.metadata.uid] = plugin_pod(pod)
         else:
             on_node.pop(pod.metadata.uid, None)
         if sync:
@@ -100,8 +192,8 @@ class Simulator:
 
     def sync(self, node: str) -> None:
         profile = self._profile(node)
-        strategies = sorted(set(self.pods.get(node, {}).values()))
-        want = advertised(profile, strategies[0]) if profile and strategies else {}
+        pods = sorted(set(self.pods.get(node, {}).values()), key=repr)
+        want = shared(advertised(profile, pods[0].mig_strategy), self._config(node, pods[0])) if profile and pods else {}
         have = self.applied.get(node)
         if want == have or (have is None and not want):
             return
@@ -120,14 +212,18 @@ def run(kubeconfig: str) -> None:
     config.load_kube_config(config_file=kubeconfig)
     api = client.CoreV1Api()
     sim = Simulator(api)
+    for target in (_watch_nodes, _watch_configmaps):
+        threading.Thread(target=target, args=(api, sim), daemon=True).start()
     while True:
         try:
             pods = api.list_pod_for_all_namespaces(label_selector=SELECTOR)
-            sim.resync(pods.items)
+            with sim.lock:
+                sim.resync(pods.items)
             stream = watch.Watch().stream(api.list_pod_for_all_namespaces, label_selector=SELECTOR,
                                           resource_version=pods.metadata.resource_version, timeout_seconds=300)
             for event in stream:
-                sim.observe(event["object"], deleted=event["type"] == "DELETED")
+                with sim.lock:
+                    sim.observe(event["object"], deleted=event["type"] == "DELETED")
         except ApiException as exc:
             # 410 Gone (an old resource version) and transient errors: list again.
             print(f"{time.strftime('%H:%M:%S')} relisting after API error {exc.status}", flush=True)
@@ -135,6 +231,29 @@ def run(kubeconfig: str) -> None:
         except Exception as exc:  # keep simulating whatever went wrong; the log says what it was
             print(f"{time.strftime('%H:%M:%S')} error: {exc!r}", flush=True)
             time.sleep(1)
+
+
+def _watch(list_call, handle) -> None:
+    from kubernetes import watch
+
+    while True:
+        try:
+            listed = list_call()
+            for item in listed.items:
+                handle(item, False)
+            for event in watch.Watch().stream(list_call, resource_version=listed.metadata.resource_version, timeout_seconds=300):
+                handle(event["object"], event["type"] == "DELETED")
+        except Exception as exc:  # relist after any error (410 Gone included); the log says what it was
+            print(f"{time.strftime('%H:%M:%S')} watch error, relisting: {exc!r}", flush=True)
+            time.sleep(1)
+
+
+def _watch_nodes(api, sim: Simulator) -> None:
+    _watch(api.list_node, lambda node, _deleted: sim.node_changed(node))
+
+
+def _watch_configmaps(api, sim: Simulator) -> None:
+    _watch(api.list_config_map_for_all_namespaces, sim.configmap_changed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.lab.cluster import node_manifest, parse_node_spec, scale_nodes
-from tests.lab.devplugin_sim import Simulator, advertised
+from tests.lab.devplugin_sim import Simulator, advertised, shared
 from tests.lab.errors import LabError
 from tests.lab.hardware import load_profile
 from tests.lab.toolchain import kubernetes_wrapper_gomod, staging_replaces, staging_version, version_ldflags
@@ -128,11 +128,15 @@ def test_single_strategy_advertises_the_mig_devices_as_gpus():
 class FakeCoreV1:
     """Records node status patches; the nodes' annotations name their profiles."""
 
-    def __init__(self, profiles):
+    def __init__(self, profiles, labels=None, configmaps=None):
         self.profiles, self.patches = profiles, []
+        self.labels, self.configmaps = labels or {}, configmaps or {}
 
     def read_node(self, name):
-        return _obj(metadata=_obj(annotations={"gpuops-lab/profile": self.profiles[name]}))
+        return _obj(metadata=_obj(annotations={"gpuops-lab/profile": self.profiles[name]}, labels=self.labels.get(name)))
+
+    def read_namespaced_config_map(self, name, namespace):
+        return _obj(data=self.configmaps[(namespace, name)])
 
     def patch_node_status(self, name, body):
         self.patches.append((name, body["status"]["capacity"]))
@@ -142,10 +146,50 @@ def _obj(**kw):
     return type("Obj", (), kw)()
 
 
-def _pod(uid, node, phase="Running", strategy=None, deleting=False):
+def _pod(uid, node, phase="Running", strategy=None, deleting=False, configmap=None, default=""):
     env = [_obj(name="MIG_STRATEGY", value=strategy)] if strategy else []
-    return _obj(metadata=_obj(uid=uid, deletion_timestamp="now" if deleting else None),
-                spec=_obj(node_name=node, containers=[_obj(env=env)]), status=_obj(phase=phase))
+    volumes = []
+    if configmap:
+        env.append(_obj(name="CONFIG_FILE", value="/config/config.yaml"))
+        volumes.append(_obj(name="available-configs", config_map=_obj(name=configmap)))
+    sidecar = _obj(env=[_obj(name="DEFAULT_CONFIG", value=default)])
+    return _obj(metadata=_obj(uid=uid, namespace="gpu", deletion_timestamp="now" if deleting else None),
+                spec=_obj(node_name=node, containers=[_obj(env=env), sidecar], volumes=volumes, init_containers=[]),
+                status=_obj(phase=phase))
+
+
+TS4 = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n"
+MPS2 = "sharing:\n  mps:\n    renameByDefault: true\n    resources:\n    - {name: gpu, replicas: 2}\n"
+
+
+def test_sharing_multiplies_the_replicated_resources():
+    assert shared({"nvidia.com/gpu": 4}, {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}) \
+        == {"nvidia.com/gpu": 16}
+    assert shared({"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2},
+                  {"sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "mig-1g.10gb", "replicas": 3}]}}}) \
+        == {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb.shared": 6}
+    assert shared({"nvidia.com/gpu": 4}, None) == {"nvidia.com/gpu": 4}
+
+
+def test_the_node_label_picks_the_config_and_a_label_change_resyncs():
+    api = FakeCoreV1({"n1": "l40s"}, labels={"n1": {"nvidia.com/device-plugin.config": "ts-4"}},
+                     configmaps={("gpu", "cfgs"): {"ts-4": TS4, "mps-2": MPS2}})
+    sim = Simulator(api)
+    sim.observe(_pod("p1", "n1", configmap="cfgs"))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "16"})
+    sim.node_changed(_obj(metadata=_obj(name="n1", labels={"nvidia.com/device-plugin.config": "mps-2"})))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "8"})
+    sim.node_changed(_obj(metadata=_obj(name="n1", labels={})))  # no label, no default: no sharing
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "0", "nvidia.com/gpu": "4"})
+
+
+def test_the_default_config_applies_without_a_label_and_a_configmap_change_resyncs():
+    api = FakeCoreV1({"n1": "l40s"}, configmaps={("gpu", "cfgs"): {"ts-4": TS4}})
+    sim = Simulator(api)
+    sim.observe(_pod("p1", "n1", configmap="cfgs", default="ts-4"))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "16"})
+    sim.configmap_changed(_obj(metadata=_obj(namespace="gpu", name="cfgs"), data={"ts-4": TS4.replace("4}", "2}")}))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "8"})
 
 
 def test_capacity_appears_with_a_running_plugin_pod_and_drops_to_zero_when_it_goes():

@@ -1,0 +1,151 @@
+#!/usr/bin/python
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_labels
+short_description: Set labels on many Kubernetes Nodes, one API call per Node that changes
+version_added: 0.1.0
+author:
+  - gpuops.nvidia maintainers (@gpuops)
+description:
+  - Reads every Node once (one list call), compares each named Node's labels with the ones wanted, and
+    patches only the Nodes that differ, one merge patch each. A thousand Nodes already right cost one call.
+  - Labels named in O(keep_existing) are set only where the Node has no non-empty value for them, so a
+    value someone else set (C(false), C(paused-for-mig-change)) stays.
+  - Supports check mode and diff mode (the labels before and after, per Node that would change).
+options:
+  labels:
+    description:
+      - Node name to the labels it should carry. A value of C(null) removes the label.
+    type: dict
+    required: true
+  keep_existing:
+    description: Label keys whose existing non-empty value wins over the one given.
+    type: list
+    elements: str
+    default: []
+  missing:
+    description: What a Node that is not in the cluster is, C(fail) (before anything is patched) or C(warn).
+    type: str
+    choices: [fail, warn]
+    default: fail
+  kubeconfig:
+    description: Path to the kubeconfig; default C($KUBECONFIG), C(~/.kube/config), then the in-cluster service account.
+    type: path
+  context:
+    description: The kubeconfig context to use.
+    type: str
+requirements:
+  - kubernetes (the Python client) on the host the module runs on
+attributes:
+  check_mode:
+    description: Reports what would be patched without patching.
+    support: full
+  diff_mode:
+    description: The labels of each Node that changes, before and after.
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Label the GPU nodes
+  gpuops.nvidia.node_labels:
+    kubeconfig: ~/.kube/config
+    labels:
+      gpu-node-1: {nvidia.com/gpu.present: "true", nvidia.com/gpu.deploy.device-plugin: "true"}
+      cpu-node-1: {nvidia.com/gpu.present: "false"}
+    keep_existing: [nvidia.com/gpu.deploy.device-plugin]
+"""
+
+RETURN = r"""
+changed_nodes:
+  description: The Nodes patched (or, in check mode, that would be).
+  returned: always
+  type: list
+  elements: str
+missing_nodes:
+  description: Nodes named in O(labels) that the cluster does not have.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
+    AUTH_ARGS, HAS_KUBERNETES, KUBERNETES_IMPORT_ERROR, ApiException, api_client, api_error)
+
+
+def plan(current: dict[str, dict], wanted: dict[str, dict], keep_existing: set[str]) -> dict[str, dict]:
+    """Node -> the label patch it needs (only what differs); Nodes already right are left out."""
+    patches = {}
+    for node, labels in wanted.items():
+        have = current.get(node)
+        if have is None:
+            continue
+        patch = {}
+        for key, value in (labels or {}).items():
+            value = None if value is None else str(value)
+            if key in keep_existing and have.get(key):
+                continue
+            if value is None and key in have:
+                patch[key] = None
+            elif value is not None and have.get(key) != value:
+                patch[key] = value
+        if patch:
+            patches[node] = patch
+    return patches
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "labels": {"type": "dict", "required": True},
+            "keep_existing": {"type": "list", "elements": "str", "default": []},
+            "missing": {"type": "str", "choices": ["fail", "warn"], "default": "fail"},
+            **AUTH_ARGS,
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_KUBERNETES:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    from kubernetes import client
+    p = module.params
+    bad = [n for n, v in p["labels"].items() if v is not None and not isinstance(v, dict)]
+    if bad:
+        module.fail_json(msg=f"labels: the value for node(s) {bad} must be a mapping of label to value")
+    try:
+        core = client.CoreV1Api(api_client(p["kubeconfig"], p["context"]))
+        nodes = core.list_node(_preload_content=True)
+    except ApiException as exc:
+        module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
+    except Exception as exc:  # a kubeconfig that cannot be read, an unreachable server
+        module.fail_json(msg=f"cannot reach the cluster: {exc}")
+    current = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes.items}
+    missing = sorted(n for n in p["labels"] if n not in current)
+    if missing and p["missing"] == "fail":
+        module.fail_json(msg=f"{len(missing)} node(s) are not in the cluster: {', '.join(missing[:20])}"
+                             f"{' ...' if len(missing) > 20 else ''}; each host's Node must carry its name "
+                             "(gpuops_cluster_node_name sets another)", missing_nodes=missing)
+    if missing:
+        module.warn(f"node(s) not in the cluster, not labelled: {', '.join(missing[:20])}")
+    patches = plan(current, p["labels"], set(p["keep_existing"]))
+    result = {"changed": bool(patches), "changed_nodes": sorted(patches), "missing_nodes": missing}
+    if module._diff and patches:
+        result["diff"] = {
+            "before": {n: {k: current[n].get(k) for k in patch} for n, patch in sorted(patches.items())},
+            "after": {n: patch for n, patch in sorted(patches.items())},
+        }
+    if not module.check_mode:
+        for node, patch in sorted(patches.items()):
+            try:
+                core.patch_node(node, {"metadata": {"labels": patch}})
+            except ApiException as exc:
+                module.fail_json(msg=f"labelling node {node} failed: {api_error(exc)}", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
