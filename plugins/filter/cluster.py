@@ -11,11 +11,11 @@ version_added: 0.1.0
 author:
   - gpuops.nvidia maintainers (@gpuops)
 description:
-  - C(cluster_nodes) turns the inventory's GPU hosts into Node name to the host's facts (C(gpuops_gpu_info)) and
-    the per-host settings the cluster roles read. The other filters of this file compute from it, with the logic
+  - C(cluster_nodes) turns the inventory's GPU hosts into Node name to the part of the host's facts
+    (C(gpuops_gpu_info)) the cluster side reads and the per-host settings the cluster roles read. The other filters of this file compute from it, with the logic
     of the collection's C(cluster) module_utils - C(cluster_node_labels), C(device_plugin_errors),
     C(device_plugin_data), C(expected_allocatable), C(mig_models), C(mig_parted_config), C(mig_errors),
-    C(dcgm_metrics_errors), C(node_label_map).
+    C(dcgm_metrics_errors), C(node_label_map), C(hosts_without).
 positional: hostvars, keys
 options:
   _input:
@@ -56,17 +56,24 @@ def cluster_nodes(hosts: list, hostvars, keys: dict) -> dict:
         hv = hostvars[host]
         name = str(hv.get("gpuops_cluster_node_name") or host)
         info = hv.get("gpuops_gpu_info")
+        if not isinstance(info, dict):  # cluster.yml's first play reads it where node.yml did not
+            info = (hv.get("__gpuops_cluster_read") or {}).get("gpu_info")
         if not isinstance(info, dict):
             raise AnsibleFilterError(f"host {host} has no gpuops_gpu_info: run the preflight role (node.yml) "
                                      "or the first play of cluster.yml on it first")
         if name in nodes:
             raise AnsibleFilterError(f"gpuops_cluster_node_name: hosts {nodes[name]['host']} and {host} both name Node {name!r}")
-        row = {"host": host, "info": info}
+        row = {"host": host, "info": cluster.slim(info)}
         for key, default in keys.items():
             value = hv.get(key)
             row[key] = default if value is None else value
         nodes[name] = row
     return nodes
+
+
+def hosts_without(hosts: list, hostvars, key: str) -> list:
+    """The hosts whose `key` is not a mapping (their facts are not known yet)."""
+    return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
 
 
 def cluster_node_labels(nodes: dict, components: list) -> dict:
@@ -153,6 +160,7 @@ class FilterModule:
         return {
             "cluster_nodes": cluster_nodes,
             "cluster_node_labels": cluster_node_labels,
+            "hosts_without": hosts_without,
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
             "expected_allocatable": expected_allocatable,

@@ -82,6 +82,33 @@ def gpu_models(info: dict | None) -> dict[str, dict]:
     return models
 
 
+def slim(info: dict | None) -> dict:
+    """The part of gpu_info the cluster side reads, in gpu_info's own shape: a thousand nodes' facts stay small.
+
+    GPU count and MIG capability, each GPU's bus id, PCI device id, name and MIG state (its devices' profiles),
+    and the MIG profile table of the first GPU of each model only.
+    """
+    info = info or {}
+    summary = info.get("summary") or {}
+    pci = [{"bus_id": g.get("bus_id"), "device_id": g.get("device_id")} for g in (info.get("pci") or {}).get("gpus") or []]
+    ids = {g["bus_id"]: g["device_id"] for g in pci}
+    seen: set = set()
+    gpus = []
+    for g in nvml_gpus(info):
+        mig = g.get("mig") or {}
+        model = ids.get(g.get("bus_id"))
+        profiles = [] if model in seen else [
+            {k: p[k] for k in ("name", "instances", "slices", "memory_mib")} for p in mig.get("profiles") or []]
+        if profiles:
+            seen.add(model)
+        gpus.append({"bus_id": g.get("bus_id"), "name": g.get("name"),
+                     "mig": {"capable": bool(mig.get("capable")), "current": bool(mig.get("current")),
+                             "devices": [{"profile": d["profile"]} for d in mig.get("devices") or []],
+                             "profiles": profiles}})
+    return {"summary": {"gpu_count": summary.get("gpu_count", len(pci)), "mig_capable": summary.get("mig_capable")},
+            "pci": {"gpus": pci}, "nvml": {"gpus": gpus}}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Node labels
 # ---------------------------------------------------------------------------------------------------
@@ -155,7 +182,7 @@ def check_plugin_config(var: str, name: str, config: object, mig_strategy: str) 
     if not _CONFIG_KEY.match(str(name)) or len(str(name)) > 63:
         errors.append(f"{var}: config name {name!r} must be a ConfigMap key and a label value ([-._a-zA-Z0-9], at most 63)")
     if not isinstance(config, dict):
-        return errors + [f"{where}: must be a device plugin config (a mapping with version, flags, sharing), got {config!r}"]
+        return [*errors, f"{where}: must be a device plugin config (a mapping with version, flags, sharing), got {config!r}"]
     unknown = sorted(set(config) - {"version", "flags", "resources", "sharing", "imex"})
     if unknown:
         errors.append(f"{where}: unknown key(s) {unknown}; accepted: version, flags, resources, sharing, imex")
@@ -173,7 +200,7 @@ def check_plugin_config(var: str, name: str, config: object, mig_strategy: str) 
                       f"{mig_strategy!r}, which the DaemonSet passes as MIG_STRATEGY and which wins over the file")
     sharing = config.get("sharing") or {}
     if not isinstance(sharing, dict):
-        return errors + [f"{where}.sharing: must be a mapping with timeSlicing or mps, got {sharing!r}"]
+        return [*errors, f"{where}.sharing: must be a mapping with timeSlicing or mps, got {sharing!r}"]
     unknown = sorted(set(sharing) - {"timeSlicing", "mps"})
     if unknown:
         errors.append(f"{where}.sharing: unknown key(s) {unknown}; accepted: timeSlicing, mps")
@@ -215,7 +242,7 @@ def check_plugin_config(var: str, name: str, config: object, mig_strategy: str) 
         if key == "mps" and mig_strategy == "mixed":
             errors.append(f"{bwhere}: MPS is not supported with MIG strategy mixed "
                           "(gpuops_device_plugin_mig_strategy: mixed); use none or single, or time-slicing")
-        if key == "mps" and any(isinstance(r, dict) and str(r.get("name", "")).split("/")[-1].startswith("mig-")
+        if key == "mps" and any(isinstance(r, dict) and str(r.get("name", "")).rsplit("/", maxsplit=1)[-1].startswith("mig-")
                                 for r in resources):
             errors.append(f"{bwhere}.resources: MPS cannot share MIG devices (nvidia.com/mig-*)")
     return errors
@@ -299,7 +326,7 @@ def _fits(table: dict[str, dict], wanted: dict[str, int]) -> bool:
         return False
     top = max(table.values(), key=lambda p: (p["slices"], p["size"]))
     compute, memory = top["slices"], top["size"]
-    items = sorted(((table[n]["size"], table[n]["slices"]) for n, c in wanted.items() for _ in range(c)), reverse=True)
+    items = sorted([item for n, c in wanted.items() for item in [(table[n]["size"], table[n]["slices"])] * c], reverse=True)
 
     def place(i: int, used: int) -> bool:
         if i == len(items):
@@ -330,7 +357,7 @@ def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[
         errors.append(f"{where}.mig-enabled: {enabled!r} must be true or false")
     wanted = entry.get("mig-devices") or {}
     if not isinstance(wanted, dict):
-        return errors + [f"{where}.mig-devices: must be a mapping of MIG profile to count, got {wanted!r}"]
+        return [*errors, f"{where}.mig-devices: must be a mapping of MIG profile to count, got {wanted!r}"]
     if enabled is False and wanted:
         errors.append(f"{where}.mig-devices: must be empty when mig-enabled is false")
     if enabled is True and "mig-devices" not in entry:
@@ -346,7 +373,7 @@ def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[
         return errors
     filters = entry.get("device-filter")
     filters = [filters] if isinstance(filters, str) else list(filters or [])
-    applies = [k for k in models if not filters or k.lower() in {str(f).split(":")[0].lower() for f in filters}]
+    applies = [k for k in models if not filters or k.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}]
     for key in applies:
         model = models[key]
         table = model["profiles"]
@@ -441,7 +468,7 @@ def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node
             for e in entries:
                 f = e.get("device-filter") if isinstance(e, dict) else None
                 f = [f] if isinstance(f, str) else list(f or [])
-                if not f or key.lower() in {str(x).split(":")[0].lower() for x in f}:
+                if not f or key.lower() in {str(x).split(":", maxsplit=1)[0].lower() for x in f}:
                     ok = True
             if not ok:
                 errors.append(f"gpuops_mig_manager_config on {node}: {name!r} has no entry for the node's GPUs ({key})")

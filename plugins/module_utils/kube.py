@@ -18,21 +18,45 @@ except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
     ApiException = Exception  # type: ignore[assignment,misc]
 
+__all__ = ["AUTH_ARGS", "HAS_KUBERNETES", "KUBERNETES_IMPORT_ERROR", "ApiException", "api_client", "api_error", "in_parallel"]
+
 AUTH_ARGS = {
     "kubeconfig": {"type": "path"},
     "context": {"type": "str"},
 }
 
 
+# Calls made in parallel (a thousand nodes' patches) each need a connection of their own.
+WORKERS = 16
+
+
 def api_client(kubeconfig: str | None, context: str | None):
     """A configured ApiClient: the kubeconfig named (or $KUBECONFIG / ~/.kube/config), else in-cluster."""
+    cfg = k8s_client.Configuration()
     if kubeconfig or context:
-        return k8s_config.new_client_from_config(config_file=kubeconfig, context=context)
-    try:
-        return k8s_config.new_client_from_config()
-    except k8s_config.ConfigException:
-        k8s_config.load_incluster_config()
-        return k8s_client.ApiClient()
+        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    else:
+        try:
+            k8s_config.load_kube_config(client_configuration=cfg)
+        except k8s_config.ConfigException:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = WORKERS * 2
+    return k8s_client.ApiClient(cfg)
+
+
+def in_parallel(call, items):
+    """call(item) for every item on WORKERS threads; returns {item: exception} for the calls that raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(item):
+        try:
+            call(item)
+            return item, None
+        except Exception as exc:  # reported to the caller, item by item
+            return item, exc
+
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        return {item: exc for item, exc in pool.map(run, items) if exc is not None}
 
 
 def api_error(exc: Exception) -> str:

@@ -20,7 +20,7 @@ description:
   - In check mode it reads the Nodes once and reports, without waiting, creating Jobs or failing.
 options:
   expected:
-    description: Node name to the resources it should advertise, for example C({nvidia.com/gpu: 16}).
+    description: 'Node name to the resources it should advertise, for example C({"nvidia.com/gpu": 16}).'
     type: dict
     required: true
   namespace:
@@ -84,6 +84,10 @@ nodes:
   description: Per Node, C(expected), C(allocatable) (the NVIDIA resources found), C(allocatable_ok), C(job) and C(ok).
   returned: always
   type: dict
+timings:
+  description: Seconds spent waiting for the allocatable values (C(allocatable_s)) and on the smoke tests (C(smoke_test_s)).
+  returned: always
+  type: dict
 failed_nodes:
   description: The Nodes that are not right.
   returned: always
@@ -97,7 +101,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
-    AUTH_ARGS, HAS_KUBERNETES, KUBERNETES_IMPORT_ERROR, ApiException, api_client, api_error)
+    AUTH_ARGS,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    ApiException,
+    api_client,
+    api_error,
+    in_parallel,
+)
 
 RUN_LABEL = "gpuops.nvidia/validation-run"
 
@@ -181,7 +192,9 @@ def main() -> None:
 
     report = {n: {"expected": e, "allocatable": {}, "allocatable_ok": False, "job": "not run", "ok": False}
               for n, e in expected.items()}
-    deadline = time.monotonic() + p["timeout"]
+    started = time.monotonic()
+    timings = {}
+    deadline = started + p["timeout"]
     while True:
         try:
             nodes = {n.metadata.name: n for n in core.list_node().items}
@@ -193,29 +206,40 @@ def main() -> None:
         if module.check_mode or all(r["allocatable_ok"] for r in report.values()) or time.monotonic() > deadline:
             break
         time.sleep(2)
+    timings["allocatable_s"] = round(time.monotonic() - started, 1)
     if module.check_mode:
-        module.exit_json(changed=False, nodes=report, failed_nodes=[])
+        module.exit_json(changed=False, nodes=report, failed_nodes=[], timings=timings)
 
     run = hashlib.sha256(f"{time.time()}".encode()).hexdigest()[:10]
     jobs = {}
     if p["smoke_test"]:
+        manifests = {}
         for name, row in sorted(report.items()):
             resource = request_for(row["expected"])
             if not row["allocatable_ok"] or resource is None:
                 row["job"] = "skipped" if resource is None else "not run: allocatable wrong"
                 continue
-            manifest = job_manifest(name, resource, p, run)
+            manifests[name] = job_manifest(name, resource, p, run)
+
+        def create(name: str) -> None:
+            manifest = manifests[name]
             try:
                 batch.create_namespaced_job(p["namespace"], manifest)
             except ApiException as exc:
                 if exc.status != 409:
-                    module.fail_json(msg=f"creating the smoke-test Job for {name} failed: {api_error(exc)}", nodes=report)
+                    raise
                 # A Job of an interrupted run: replace it.
                 batch.delete_namespaced_job(manifest["metadata"]["name"], p["namespace"], propagation_policy="Background")
-                time.sleep(1)
+                time.sleep(2)
                 batch.create_namespaced_job(p["namespace"], manifest)
-            jobs[manifest["metadata"]["name"]] = name
-            row["job"] = "created"
+
+        failed = in_parallel(create, sorted(manifests))
+        for name in manifests:
+            if name in failed:
+                report[name]["job"] = f"not created: {api_error(failed[name])}"
+            else:
+                jobs[manifests[name]["metadata"]["name"]] = name
+                report[name]["job"] = "created"
         deadline = time.monotonic() + p["timeout"]
         pending = set(jobs)
         while pending and time.monotonic() < deadline:
@@ -233,12 +257,12 @@ def main() -> None:
                 time.sleep(2)
         for job in pending:
             report[jobs[job]]["job"] = f"not finished in {p['timeout']}s"
-        for job in jobs:
-            try:
-                batch.delete_namespaced_job(job, p["namespace"], propagation_policy="Background")
-            except ApiException as exc:
-                if exc.status != 404:
-                    module.warn(f"deleting Job {job} failed: {api_error(exc)}")
+        failed = in_parallel(lambda job: batch.delete_namespaced_job(job, p["namespace"], propagation_policy="Background"),
+                             sorted(jobs))
+        for job, exc in sorted(failed.items()):
+            if getattr(exc, "status", None) != 404:
+                module.warn(f"deleting Job {job} failed: {api_error(exc)}")
+    timings["smoke_test_s"] = round(time.monotonic() - started - timings["allocatable_s"], 1)
     for row in report.values():
         row["ok"] = row["allocatable_ok"] and row["job"] in ("succeeded", "skipped", "not run")
     failed = sorted(n for n, r in report.items() if not r["ok"])
@@ -246,8 +270,8 @@ def main() -> None:
         lines = [f"{n}: expected {report[n]['expected']}, allocatable {report[n]['allocatable']}, job {report[n]['job']}"
                  for n in failed[:20]]
         module.fail_json(msg=f"{len(failed)} of {len(report)} GPU node(s) failed validation: " + "; ".join(lines),
-                         nodes=report, failed_nodes=failed)
-    module.exit_json(changed=False, nodes=report, failed_nodes=[])
+                         nodes=report, failed_nodes=failed, timings=timings)
+    module.exit_json(changed=False, nodes=report, failed_nodes=[], timings=timings)
 
 
 if __name__ == "__main__":

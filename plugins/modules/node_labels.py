@@ -75,7 +75,13 @@ missing_nodes:
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
-    AUTH_ARGS, HAS_KUBERNETES, KUBERNETES_IMPORT_ERROR, ApiException, api_client, api_error)
+    AUTH_ARGS,
+    HAS_KUBERNETES,
+    KUBERNETES_IMPORT_ERROR,
+    api_client,
+    api_error,
+    in_parallel,
+)
 
 
 def plan(current: dict[str, dict], wanted: dict[str, dict], keep_existing: set[str]) -> dict[str, dict]:
@@ -119,10 +125,8 @@ def main() -> None:
     try:
         core = client.CoreV1Api(api_client(p["kubeconfig"], p["context"]))
         nodes = core.list_node(_preload_content=True)
-    except ApiException as exc:
+    except Exception as exc:  # an API error, a kubeconfig that cannot be read, an unreachable server
         module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
-    except Exception as exc:  # a kubeconfig that cannot be read, an unreachable server
-        module.fail_json(msg=f"cannot reach the cluster: {exc}")
     current = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes.items}
     missing = sorted(n for n in p["labels"] if n not in current)
     if missing and p["missing"] == "fail":
@@ -136,14 +140,13 @@ def main() -> None:
     if module._diff and patches:
         result["diff"] = {
             "before": {n: {k: current[n].get(k) for k in patch} for n, patch in sorted(patches.items())},
-            "after": {n: patch for n, patch in sorted(patches.items())},
+            "after": dict(sorted(patches.items())),
         }
     if not module.check_mode:
-        for node, patch in sorted(patches.items()):
-            try:
-                core.patch_node(node, {"metadata": {"labels": patch}})
-            except ApiException as exc:
-                module.fail_json(msg=f"labelling node {node} failed: {api_error(exc)}", **result)
+        failed = in_parallel(lambda node: core.patch_node(node, {"metadata": {"labels": patches[node]}}), sorted(patches))
+        if failed:
+            node = sorted(failed)[0]
+            module.fail_json(msg=f"labelling {len(failed)} node(s) failed, {node} first: {api_error(failed[node])}", **result)
     module.exit_json(**result)
 
 
