@@ -56,8 +56,6 @@ def cluster_nodes(hosts: list, hostvars, keys: dict) -> dict:
         hv = hostvars[host]
         name = str(hv.get("gpuops_cluster_node_name") or host)
         info = hv.get("gpuops_gpu_info")
-        if not isinstance(info, dict):  # cluster.yml's first play reads it where node.yml did not
-            info = (hv.get("__gpuops_cluster_read") or {}).get("gpu_info")
         if not isinstance(info, dict):
             raise AnsibleFilterError(f"host {host} has no gpuops_gpu_info: run the preflight role (node.yml) "
                                      "or the first play of cluster.yml on it first")
