@@ -53,7 +53,8 @@ collection: $(COLL_LINK) ## make gpuops.nvidia importable from this checkout
 lab-up: venv lab-deps ## boot the default lab machines and write inventories/lab/hosts.yml
 	$(LAB) up
 
-lab-down: venv ## stop the lab machines (by PID) and remove them
+lab-down: venv ## stop the lab cluster and machines (by PID) and remove them
+	$(LAB) cluster status --json | grep -q '"running": true' && $(LAB) cluster down || true
 	$(LAB) down
 
 lab-status: venv ## list the lab machines
@@ -72,8 +73,10 @@ lab-kubeconfig: ## print the lab cluster's kubeconfig path
 	@$(LAB) cluster kubeconfig
 
 demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run playbooks/site.yml against it
+	# The lab cluster, a KWOK node per machine, for cluster.yml (a cluster left running is kept).
+	$(LAB) cluster status --json | grep -q '"running": true' || $(LAB) cluster up
 	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
-	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab
+	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig)
 	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
 unit: venv collection ## unit tests
