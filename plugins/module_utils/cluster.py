@@ -341,6 +341,13 @@ def _fits(table: dict[str, dict], wanted: dict[str, int]) -> bool:
     return place(0, 0)
 
 
+def entry_applies(entry: object, key: str) -> bool:
+    """Whether a mig-parted entry applies to a model: no device filter, or one naming its 0x<DEVICE><VENDOR>."""
+    filters = entry.get("device-filter") if isinstance(entry, dict) else None
+    filters = [filters] if isinstance(filters, str) else list(filters or [])
+    return not filters or key.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}
+
+
 def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[str]:
     """One entry of a mig-parted config, against every model it applies to."""
     if not isinstance(entry, dict):
@@ -371,10 +378,7 @@ def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[
         errors.append(f"{where}.mig-devices: every count is 0; give at least one device or use mig-devices: {{}}")
     if errors or not wanted:
         return errors
-    filters = entry.get("device-filter")
-    filters = [filters] if isinstance(filters, str) else list(filters or [])
-    applies = [k for k in models if not filters or k.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}]
-    for key in applies:
+    for key in [k for k in models if entry_applies(entry, k)]:
         model = models[key]
         table = model["profiles"]
         label = f"{model['name']} ({key})"
@@ -464,13 +468,7 @@ def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node
                           f"(known: {', '.join(sorted(configs))})")
             continue
         for key in node_models.get(node, []):
-            ok = False
-            for e in entries:
-                f = e.get("device-filter") if isinstance(e, dict) else None
-                f = [f] if isinstance(f, str) else list(f or [])
-                if not f or key.lower() in {str(x).split(":", maxsplit=1)[0].lower() for x in f}:
-                    ok = True
-            if not ok:
+            if not any(entry_applies(e, key) for e in entries):
                 errors.append(f"gpuops_mig_manager_config on {node}: {name!r} has no entry for the node's GPUs ({key})")
     return errors
 

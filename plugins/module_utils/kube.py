@@ -5,6 +5,7 @@ options as kubernetes.core (kubeconfig, context), so `module_defaults` set once 
 
 from __future__ import annotations
 
+import json
 import traceback
 
 try:
@@ -18,7 +19,7 @@ except ImportError:
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
     ApiException = Exception  # type: ignore[assignment,misc]
 
-__all__ = ["AUTH_ARGS", "HAS_KUBERNETES", "KUBERNETES_IMPORT_ERROR", "ApiException", "api_client", "api_error", "in_parallel"]
+__all__ = ["AUTH_ARGS", "ApiException", "api_error", "connect", "in_parallel"]
 
 AUTH_ARGS = {
     "kubeconfig": {"type": "path"},
@@ -59,12 +60,23 @@ def in_parallel(call, items):
         return {item: exc for item, exc in pool.map(run, items) if exc is not None}
 
 
+def connect(module):
+    """The ApiClient for the module's kubeconfig and context; fails the module when it cannot have one."""
+    if not HAS_KUBERNETES:
+        from ansible.module_utils.basic import missing_required_lib
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        return api_client(module.params["kubeconfig"], module.params["context"])
+    except Exception as exc:  # a kubeconfig that cannot be read, no in-cluster account
+        module.fail_json(msg=f"cannot reach the cluster: {exc}")
+        raise  # not reached: fail_json exits
+
+
 def api_error(exc: Exception) -> str:
     """The API server's own message, when it sent one."""
     body = getattr(exc, "body", None)
     if body:
         try:
-            import json
             return str(json.loads(body).get("message") or body)
         except ValueError:
             return str(body)

@@ -53,14 +53,8 @@ options:
     description: Seconds to wait for the allocatable values, and again for the Jobs.
     type: int
     default: 300
-  kubeconfig:
-    description: Path to the kubeconfig; default C($KUBECONFIG), C(~/.kube/config), then the in-cluster service account.
-    type: path
-  context:
-    description: The kubeconfig context to use.
-    type: str
-requirements:
-  - kubernetes (the Python client) on the host the module runs on
+extends_documentation_fragment:
+  - gpuops.nvidia.kube
 attributes:
   check_mode:
     description: Reads and reports only.
@@ -99,14 +93,12 @@ import hashlib
 import re
 import time
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
     AUTH_ARGS,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
     ApiException,
-    api_client,
     api_error,
+    connect,
     in_parallel,
 )
 
@@ -179,15 +171,10 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    api = connect(module)
     from kubernetes import client
     p = module.params
     expected = {str(n): {str(k): int(v) for k, v in (r or {}).items()} for n, r in p["expected"].items()}
-    try:
-        api = api_client(p["kubeconfig"], p["context"])
-    except Exception as exc:
-        module.fail_json(msg=f"cannot reach the cluster: {exc}")
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
 
     report = {n: {"expected": e, "allocatable": {}, "allocatable_ok": False, "job": "not run", "ok": False}

@@ -33,14 +33,8 @@ options:
     type: str
     choices: [fail, warn]
     default: fail
-  kubeconfig:
-    description: Path to the kubeconfig; default C($KUBECONFIG), C(~/.kube/config), then the in-cluster service account.
-    type: path
-  context:
-    description: The kubeconfig context to use.
-    type: str
-requirements:
-  - kubernetes (the Python client) on the host the module runs on
+extends_documentation_fragment:
+  - gpuops.nvidia.kube
 attributes:
   check_mode:
     description: Reports what would be patched without patching.
@@ -73,13 +67,11 @@ missing_nodes:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
     AUTH_ARGS,
-    HAS_KUBERNETES,
-    KUBERNETES_IMPORT_ERROR,
-    api_client,
     api_error,
+    connect,
     in_parallel,
 )
 
@@ -115,17 +107,16 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if not HAS_KUBERNETES:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    api = connect(module)
     from kubernetes import client
     p = module.params
     bad = [n for n, v in p["labels"].items() if v is not None and not isinstance(v, dict)]
     if bad:
         module.fail_json(msg=f"labels: the value for node(s) {bad} must be a mapping of label to value")
+    core = client.CoreV1Api(api)
     try:
-        core = client.CoreV1Api(api_client(p["kubeconfig"], p["context"]))
         nodes = core.list_node(_preload_content=True)
-    except Exception as exc:  # an API error, a kubeconfig that cannot be read, an unreachable server
+    except Exception as exc:  # an API error, an unreachable server
         module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
     current = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes.items}
     missing = sorted(n for n in p["labels"] if n not in current)
