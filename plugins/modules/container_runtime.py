@@ -1,0 +1,341 @@
+#!/usr/bin/python
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: container_runtime
+short_description: Add the nvidia runtime and CDI to containerd or CRI-O without touching anything else
+version_added: 0.1.0
+description:
+  - "containerd: reads the existing config (or C(containerd config default) when it has no runtime to copy
+    from), the config version it is in and the one the installed containerd expects (1.6/1.7: version 2 with
+    the CRI plugin C(io.containerd.grpc.v1.cri); 2.x: version 3 with C(io.containerd.cri.v1.runtime)), and adds
+    the runtime with C(runtime_type = io.containerd.runc.v2), C(options.BinaryName) the toolkit's runtime, and
+    the options of the existing default runtime (so C(SystemdCgroup) survives)."
+  - Either edits C(config.toml) in place, keeping every other key, comment and the order (tomlkit; the result
+    is parsed again and must equal the old content plus our keys), or writes a drop-in under C(conf.d/) and
+    adds it to C(imports) in C(config.toml). For containerd before 2.1 the drop-in carries a copy of the main
+    file's CRI section, because those versions let an imported section replace the main file's.
+  - Enables CDI (C(enable_cdi), optional C(cdi_spec_dirs)) where containerd supports it (1.7 and later).
+  - "CRI-O: a drop-in in C(crio.conf.d/) with C([crio.runtime.runtimes.<name>]) (C(runtime_path),
+    C(runtime_type = oci), the default runtime's other keys), optionally the default runtime; CDI is native."
+  - The toolkit's C(/etc/nvidia-container-runtime/config.toml) (its C(mode) and any other key), in place.
+  - Refuses, before writing anything, what cannot work - CDI on containerd older than 1.7, a runtime name that
+    cannot be a RuntimeClass handler, a config version the installed containerd does not read, a file that
+    does not parse (with its line).
+  - Atomic writes, a backup of each replaced file, diff and check mode. Does not restart the runtime; it
+    returns RV(restart_required) and RV(rollback) for the handler that does.
+requirements:
+  - tomlkit (python3-tomlkit) on the managed node
+author:
+  - gpuops.nvidia maintainers (@gpuops)
+options:
+  runtime:
+    description: The container runtime to configure; C(auto) picks the one installed (containerd or CRI-O).
+    type: str
+    choices: [auto, containerd, crio]
+    default: auto
+  config:
+    description:
+      - The runtime's main config file.
+      - Defaults to C(/etc/containerd/config.toml) for containerd and C(/etc/crio/crio.conf) for CRI-O.
+    type: path
+  drop_in:
+    description:
+      - The drop-in file to write; an empty string edits the containerd config in place (CRI-O always uses a
+        drop-in).
+      - Defaults to C(/etc/containerd/conf.d/99-nvidia.toml) and C(/etc/crio/crio.conf.d/99-nvidia.toml).
+    type: str
+  runtime_name:
+    description: Name of the runtime, the handler a RuntimeClass refers to.
+    type: str
+    default: nvidia
+  runtime_path:
+    description: The NVIDIA Container Runtime executable.
+    type: path
+    default: /usr/bin/nvidia-container-runtime
+  set_as_default:
+    description: Make it the default runtime. With C(false) a default that names it is removed.
+    type: bool
+    default: false
+  cdi:
+    description:
+      - C(auto) enables CDI where the runtime supports it; C(enable) requires it (refused on containerd before 1.7);
+        C(skip) leaves the CDI settings as they are.
+    type: str
+    choices: [auto, enable, skip]
+    default: auto
+  cdi_spec_dirs:
+    description: CDI spec directories to set; omitted, the runtime's default (C(/etc/cdi), C(/var/run/cdi)) applies.
+    type: list
+    elements: path
+  runtime_config:
+    description:
+      - More keys of the runtime's table, merged over what is copied from the default runtime (containerd
+        examples - C(privileged_without_host_devices), C(container_annotations), C(options) sub-keys).
+    type: dict
+    default: {}
+  containerd_version:
+    description: The containerd version, when C(containerd --version) cannot be run (an image being built elsewhere).
+    type: str
+  toolkit_config:
+    description: The toolkit's config file.
+    type: path
+    default: /etc/nvidia-container-runtime/config.toml
+  toolkit_mode:
+    description: C(nvidia-container-runtime.mode) to set; omitted, the mode is left as it is.
+    type: str
+    choices: [auto, cdi, legacy, jit-cdi, csv]
+  toolkit_settings:
+    description: Other keys of the toolkit's config, as dotted keys (C(nvidia-container-cli.root)).
+    type: dict
+    default: {}
+  backup:
+    description: Keep a backup of each file replaced, next to it.
+    type: bool
+    default: true
+  image_build:
+    description: C(auto) detects an image build (chroot, no running systemd), returned as RV(image_build) so the
+      caller does not restart the runtime there; C(true)/C(false) force it.
+    type: str
+    choices: ["auto", "true", "false"]
+    default: auto
+notes:
+  - Supports check mode and diff.
+seealso:
+  - module: gpuops.nvidia.cdi_spec
+"""
+
+EXAMPLES = r"""
+- name: Add the nvidia runtime with CDI to the node's runtime, as a drop-in
+  gpuops.nvidia.container_runtime:
+    toolkit_mode: cdi
+  register: runtime
+
+- name: containerd, edited in place, nvidia as the default runtime
+  gpuops.nvidia.container_runtime:
+    runtime: containerd
+    drop_in: ""
+    set_as_default: true
+"""
+
+RETURN = r"""
+runtime:
+  description: The runtime configured.
+  returned: always
+  type: str
+  sample: containerd
+runtime_handler:
+  description: The runtime's name, for a RuntimeClass handler.
+  returned: always
+  type: str
+  sample: nvidia
+runtime_version:
+  description: The containerd version read (empty for CRI-O).
+  returned: always
+  type: str
+  sample: 2.2.1
+config_version:
+  description: The containerd config version written (0 for CRI-O).
+  returned: always
+  type: int
+  sample: 3
+cdi_enabled:
+  description: Whether the runtime injects CDI devices after this change.
+  returned: always
+  type: bool
+cdi_supported:
+  description: Whether the runtime supports CDI at all.
+  returned: always
+  type: bool
+files:
+  description: The files written (or that would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+cdi_refresh_unit:
+  description: Whether the toolkit's C(nvidia-cdi-refresh.path) unit is installed (toolkit 1.18 and later).
+  returned: always
+  type: bool
+image_build:
+  description: Whether this is an image build, where nothing is restarted.
+  returned: always
+  type: bool
+restart_required:
+  description: A runtime config file changed; the runtime must restart to read it.
+  returned: always
+  type: bool
+rollback:
+  description:
+    - For each runtime config file written - its path, its backup (empty when there is none) and whether it existed
+      before, for restoring it.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /etc/containerd/config.toml, backup: /etc/containerd/config.toml.1234.2026-11-21@10:00:00~, existed: true}]
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils import container_runtime as cr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.hardware import is_image_build
+
+DEFAULTS = {
+    "containerd": ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"),
+    "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d/99-nvidia.toml"),
+}
+
+
+UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+def read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def detect_runtime(module: AnsibleModule) -> str:
+    found = [name for name, binary in (("containerd", "containerd"), ("crio", "crio")) if module.get_bin_path(binary)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        module.fail_json(msg="runtime: auto found neither containerd nor crio on this node; install one, or name it")
+    module.fail_json(msg="runtime: auto found both containerd and crio on this node; set runtime to the one kubelet uses")
+    return ""
+
+
+def run(module: AnsibleModule, argv: list[str]) -> str:
+    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"{' '.join(argv)} failed: {err.strip() or out.strip()}", rc=rc, stdout=out, stderr=err, cmd=argv)
+    return out
+
+
+def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
+    """CRI-O's config files in the order it reads them, without our drop-in."""
+    sources = []
+    text = read(config)
+    if text is not None:
+        sources.append((config, text))
+    directory = os.path.dirname(drop_in)
+    if os.path.isdir(directory):
+        for name in sorted(os.listdir(directory)):
+            path = os.path.join(directory, name)
+            if path != drop_in and name.endswith((".conf", ".toml")) and os.path.isfile(path):
+                sources.append((path, read(path) or ""))
+    return sources
+
+
+def write(module: AnsibleModule, path: str, text: str, mode_from: str | None) -> str:
+    """Atomically replace path with text; returns the backup path ('' for a new file)."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o755)
+    exists = os.path.exists(path)
+    backup = module.backup_local(path) if exists and module.params["backup"] else ""
+    ref = path if exists else mode_from
+    mode = os.stat(ref).st_mode & 0o7777 if ref and os.path.exists(ref) else 0o644
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    module.atomic_move(tmp, path, unsafe_writes=False)
+    # atomic_move gives a new file the default mode: set ours (a drop-in may carry the main file's secrets).
+    os.chmod(path, mode)
+    return backup
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "runtime": {"type": "str", "choices": ["auto", "containerd", "crio"], "default": "auto"},
+            "config": {"type": "path"},
+            "drop_in": {"type": "str"},
+            "runtime_name": {"type": "str", "default": "nvidia"},
+            "runtime_path": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
+            "set_as_default": {"type": "bool", "default": False},
+            "cdi": {"type": "str", "choices": list(cr.CDI_CHOICES), "default": "auto"},
+            "cdi_spec_dirs": {"type": "list", "elements": "path"},
+            "runtime_config": {"type": "dict", "default": {}},
+            "containerd_version": {"type": "str"},
+            "toolkit_config": {"type": "path", "default": "/etc/nvidia-container-runtime/config.toml"},
+            "toolkit_mode": {"type": "str", "choices": list(cr.TOOLKIT_MODES)},
+            "toolkit_settings": {"type": "dict", "default": {}},
+            "backup": {"type": "bool", "default": True},
+            "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+        },
+        supports_check_mode=True,
+    )
+    if not cr.HAS_TOMLKIT:
+        module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
+    p = module.params
+    runtime = p["runtime"] if p["runtime"] != "auto" else detect_runtime(module)
+    config = p["config"] or DEFAULTS[runtime][0]
+    drop_in = DEFAULTS[runtime][1] if p["drop_in"] is None else p["drop_in"]
+    image_build = is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true"
+    result = {"runtime": runtime, "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
+              "image_build": image_build,
+              "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
+    try:
+        if runtime == "containerd":
+            if p["containerd_version"]:
+                version = cr.containerd_version("containerd " + p["containerd_version"])
+            else:
+                version = cr.containerd_version(run(module, [module.get_bin_path("containerd", required=True), "--version"]))
+            binary = module.get_bin_path("containerd")
+            plan = cr.plan_containerd(
+                version=version, main_path=config, main_text=read(config),
+                defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
+                drop_in_path=drop_in, drop_in_text=read(drop_in) if drop_in else None,
+                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
+                cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+            result["runtime_version"] = ".".join(map(str, version))
+            result["config_version"] = plan["config_version"]
+        else:
+            if not drop_in:
+                raise cr.ConfigError("drop_in: CRI-O is configured through a drop-in file; an empty drop_in is only for containerd")
+            if p["cdi"] == "skip":
+                module.warn("cdi: skip has no effect on CRI-O, whose CDI support is always on")
+            plan = cr.plan_crio(
+                sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read(drop_in),
+                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
+                cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+        toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read(p["toolkit_config"]),
+                                  mode=p["toolkit_mode"], settings=p["toolkit_settings"])
+    except cr.ConfigError as exc:
+        module.fail_json(msg=str(exc), **result)
+    for warning in plan["warnings"]:
+        module.warn(warning)
+
+    runtime_files = plan["files"]
+    all_files = {**runtime_files, **toolkit["files"]}
+    diff_before = {path: read(path) is not None for path in all_files}
+    diff = [{"before_header": path, "after_header": path, "before": read(path) or "", "after": text}
+            for path, text in all_files.items()]
+    rollback = []
+    if not module.check_mode:
+        main_file = config if runtime == "containerd" else None
+        for path, text in all_files.items():
+            backup = write(module, path, text, mode_from=main_file)
+            if path in runtime_files:
+                rollback.append({"path": path, "backup": backup, "existed": bool(diff_before[path])})
+    else:
+        rollback = [{"path": path, "backup": "", "existed": bool(diff_before[path])} for path in runtime_files]
+    result.update(
+        changed=bool(all_files), files=sorted(all_files), restart_required=bool(runtime_files), rollback=rollback,
+        cdi_enabled=plan["cdi_enabled"], cdi_supported=plan["cdi_supported"])
+    if module._diff:
+        result["diff"] = diff
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The container_runtime module on files in a temporary directory; `containerd` answers with recorded output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
+
+RECORDED = Path(__file__).parents[1] / "module_utils/recorded"
+PLANTED = Path(__file__).parents[4] / "molecule/runtime/files"
+
+
+class Exit(Exception):
+    pass
+
+
+def exit_json(self, **kw):
+    raise Exit({"failed": False, **kw})
+
+
+def fail_json(self, **kw):
+    raise Exit({"failed": True, **kw})
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    etc = tmp_path / "etc"
+    (etc / "containerd").mkdir(parents=True)
+    calls = []
+    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n"}
+
+    def run_command(self, argv, **kw):
+        calls.append(argv[1:])
+        if argv[1:] == ["--version"]:
+            return 0, version["out"], ""
+        if argv[1:] == ["config", "default"]:
+            return 0, (RECORDED / "containerd-2.2.1-default.toml").read_text(), ""
+        return 1, "", f"unexpected {argv}"
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: "/usr/bin/containerd" if name == "containerd" else None)
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+    def run(check=False, **args):
+        params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
+                  "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
+                  "_ansible_check_mode": check, "_ansible_diff": True, **args}
+        with patch_module_args(params), pytest.raises(Exit) as exc:
+            container_runtime.main()
+        return exc.value.args[0]
+
+    return etc, run, calls, version
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_check_mode_writes_nothing_and_shows_the_diff(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    before = files(etc)
+    res = run(check=True, toolkit_mode="cdi")
+    assert res["changed"] and res["restart_required"] and not res["failed"]
+    assert files(etc) == before
+    after = {d["after_header"]: d["after"] for d in res["diff"]}
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in after[str(etc / "containerd/conf.d/99-nvidia.toml")]
+    assert 'mode = "cdi"' in after[str(etc / "nvidia-container-runtime/config.toml")]
+
+
+def test_writes_with_backup_and_rollback_then_nothing(node):
+    etc, run, calls, _v = node
+    main = etc / "containerd/config.toml"
+    main.write_text((PLANTED / "planted-v3.toml").read_text())
+    main.chmod(0o600)
+    res = run()
+    drop = etc / "containerd/conf.d/99-nvidia.toml"
+    assert res["runtime_version"] == "2.2.1" and res["config_version"] == 3 and res["cdi_enabled"]
+    rollback = {r["path"]: r for r in res["rollback"]}
+    assert rollback[str(drop)] == {"path": str(drop), "backup": "", "existed": False}
+    backup = Path(rollback[str(main)]["backup"])
+    assert backup.read_text() == (PLANTED / "planted-v3.toml").read_text() and rollback[str(main)]["existed"]
+    assert "imports = [" in main.read_text() and (main.stat().st_mode & 0o777) == 0o600
+    # The drop-in may carry what the main file holds: it gets the main file's mode.
+    assert (drop.stat().st_mode & 0o777) == 0o600
+    # The planted runc has options to copy, so containerd's defaults were never asked for.
+    assert ["config", "default"] not in calls
+    again = run()
+    assert not again["changed"] and again["rollback"] == [] and not again["restart_required"]
+
+
+def test_no_config_asks_containerd_for_its_defaults(node):
+    etc, run, calls, _v = node
+    res = run(drop_in="")
+    assert ["config", "default"] in calls
+    assert 'sandboxer = "podsandbox"' in (etc / "containerd/config.toml").read_text()
+    assert res["rollback"] == [{"path": str(etc / "containerd/config.toml"), "backup": "", "existed": False}]
+
+
+def test_cdi_on_containerd_16_is_refused_before_writing(node):
+    etc, run, _calls, version = node
+    version["out"] = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n"
+    res = run(cdi="enable")
+    assert res["failed"] and "containerd 1.6.20" in res["msg"] and "cdi: enable" in res["msg"]
+    assert files(etc) == {}
+
+
+def test_unknown_runtime_name_is_refused_before_writing(node):
+    etc, run, _calls, _v = node
+    res = run(runtime_name="Nvidia GPU")
+    assert res["failed"] and "runtime_name: 'Nvidia GPU'" in res["msg"]
+    assert files(etc) == {}
