@@ -1,4 +1,4 @@
-"""The lab's command line: `python -m tests.lab up|down|status|ssh|image|cluster`.
+"""The lab's command line: `python -m tests.lab up|down|status|ssh|image|cluster|repo`.
 
 Every problem the user can fix is reported as one line on stderr ("lab: error: ...") with exit 2.
 """
@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
@@ -168,6 +169,33 @@ def cmd_cluster_kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
+def _state_dir(args: argparse.Namespace) -> Path:
+    return _lab(args).dir
+
+
+def cmd_repo_up(args: argparse.Namespace) -> int:
+    data = toolkit.up(_state_dir(args), args.port)
+    print(json.dumps(data, indent=2) if args.json else f"lab toolkit repository: {data['url']} (pid {data['pid']})")
+    return 0
+
+
+def cmd_repo_down(args: argparse.Namespace) -> int:
+    stopped = toolkit.down(_state_dir(args))
+    print(f"lab toolkit repository down: {'stopped' if stopped else 'stopped nothing'}")
+    return 0
+
+
+def cmd_repo_status(args: argparse.Namespace) -> int:
+    data = toolkit.status(_state_dir(args))
+    print(json.dumps(data, indent=2))
+    return 0 if data["running"] else 1
+
+
+def cmd_repo_build(_args: argparse.Namespace) -> int:
+    print(toolkit.build_repo())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lab", description="The gpuops lab: systemd-nspawn machines reached over SSH.")
     parser.add_argument("--state", help="state directory (default: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab)")
@@ -221,6 +249,16 @@ def build_parser() -> argparse.ArgumentParser:
     cbuild.set_defaults(func=cmd_cluster_build)
     ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
     ckube.set_defaults(func=cmd_cluster_kubeconfig)
+
+    repo = sub.add_parser("repo", help="the lab's signed apt repository of the NVIDIA Container Toolkit, built from Go")
+    rsub = repo.add_subparsers(dest="repo_cmd", required=True)
+    rup = rsub.add_parser("up", help="build (or find in the cache) and serve the repository on 127.0.0.1")
+    rup.add_argument("--port", type=int, default=int(os.environ.get("GPUOPS_LAB_REPO_PORT", toolkit.DEFAULT_PORT)))
+    rup.add_argument("--json", action="store_true")
+    rup.set_defaults(func=cmd_repo_up)
+    rsub.add_parser("down", help="stop the server (by PID)").set_defaults(func=cmd_repo_down)
+    rsub.add_parser("status", help="the server's address and PID, as JSON").set_defaults(func=cmd_repo_status)
+    rsub.add_parser("build", help="build (or find in the cache) the repository").set_defaults(func=cmd_repo_build)
     return parser
 
 

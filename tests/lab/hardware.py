@@ -7,6 +7,10 @@ real device ids; `write_hardware` writes, under a directory the module is told t
   sys/firmware/efi/efivars/SecureBoot-...   (when the profile boots with EFI)
   proc/modules, proc/sys/kernel/osrelease, proc/driver/nvidia/version (when a driver is "loaded")
   nvml/libnvidia-ml.so.1 + nvml/nvml.conf   (the fake NVML, when the profile has GPUs)
+  driver/                                   (a driver root for nvidia-ctk, when a driver is "loaded"):
+      usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> and .so.1 -> the fake NVML,
+      usr/lib/x86_64-linux-gnu/libcuda.so.<version> and usr/bin/nvidia-smi (empty stand-ins: nvidia-ctk
+      only locates them), dev/nvidia<N>, dev/nvidiactl, dev/nvidia-uvm (character devices, made as root)
 
 Inside a lab machine the tree lives at HW_PATH, apart from the machine's real /sys, /proc and
 library paths, so real driver packages installed later coexist with it.
@@ -15,8 +19,10 @@ library paths, so real driver packages installed later coexist with it.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
+import stat
 import subprocess
 import uuid
 from pathlib import Path
@@ -218,3 +224,32 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
         (dest / "nvml").mkdir()
         shutil.copy2(nvml_library, dest / "nvml/libnvidia-ml.so.1")
         _write(dest / "nvml/nvml.conf", nvml_conf(profile, machine))
+        if driver.get("loaded"):
+            write_driver_root(dest / "driver", driver["version"], len(gpus["bus_ids"]))
+
+
+# Character device numbers of the NVIDIA driver's nodes (major 195; nvidia-uvm's major is dynamic, 510 here).
+NVIDIA_MAJOR, NVIDIACTL_MINOR, UVM_MAJOR = 195, 255, 510
+
+
+def write_driver_root(root: Path, version: str, gpu_count: int) -> None:
+    """What `nvidia-ctk cdi generate --driver-root --dev-root` needs to find of a driver, for the fake NVML."""
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    for name in (f"libnvidia-ml.so.{version}", "libnvidia-ml.so.1"):
+        (lib / name).symlink_to("../../../../nvml/libnvidia-ml.so.1")
+    (lib / f"libcuda.so.{version}").write_bytes(b"")
+    (lib / "libcuda.so.1").symlink_to(f"libcuda.so.{version}")
+    smi = root / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_bytes(b"")
+    smi.chmod(0o755)
+    dev = root / "dev"
+    dev.mkdir()
+    nodes = [(f"nvidia{i}", NVIDIA_MAJOR, i) for i in range(gpu_count)]
+    nodes += [("nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR), ("nvidia-uvm", UVM_MAJOR, 0)]
+    for name, major, minor in nodes:
+        try:
+            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        except PermissionError:  # not root (a unit test as a user): nvidia-ctk will report the missing nodes
+            return

@@ -496,3 +496,58 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(void *h, nvmlGpuInstanceInfo_t *info) {
     info->placement.size = m->parent->profiles[m->profile].slices;
     return NVML_SUCCESS;
 }
+
+/* What nvidia-ctk's CDI spec generation (go-nvlib) asks besides the above. */
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(void *h, unsigned int *is_mig) {
+    NEED_INIT();
+    if (!h || !is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = handle_mig(h, KIND_MIG) != NULL;
+    if (!*is_mig && GPU(h)->kind != KIND_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+/* A GPU's index and minor number (/dev/nvidiaN) are its position; a MIG device's index is its slot. */
+nvmlReturn_t nvmlDeviceGetIndex(void *h, unsigned int *index) {
+    NEED_INIT();
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_mig *m = handle_mig(h, KIND_MIG);
+    if (m) {
+        *index = (unsigned int)(m - m->parent->migs);
+        return NVML_SUCCESS;
+    }
+    NEED_GPU(h);
+    *index = (unsigned int)(GPU(h) - gpus);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(void *h, unsigned int *minor) {
+    NEED_GPU(h);
+    if (!minor) return NVML_ERROR_INVALID_ARGUMENT;
+    *minor = (unsigned int)(GPU(h) - gpus);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *h, void **device) {
+    NEED_HANDLE(m, h, KIND_MIG);
+    if (!device) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = m->parent;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
+    NEED_INIT();
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < gpu_count; i++) {
+        if (!strcmp(gpus[i].uuid, uuid)) {
+            *device = &gpus[i];
+            return NVML_SUCCESS;
+        }
+        for (unsigned int s = 0; s < MAX_MIG; s++) {
+            if (gpus[i].migs[s].used && !strcmp(gpus[i].migs[s].uuid, uuid)) {
+                *device = &gpus[i].migs[s].device;
+                return NVML_SUCCESS;
+            }
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}

@@ -1,0 +1,274 @@
+"""The lab's NVIDIA Container Toolkit repository: what an air-gapped site's mirror of NVIDIA's apt repository is.
+
+NVIDIA's repository is not reachable from the lab, so the lab builds the toolkit from its Go module at a
+pinned release (nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook, with cgo for go-nvml), packages
+them as `nvidia-container-toolkit-base` the way NVIDIA's package lays them out (binaries in /usr/bin, the
+nvidia-cdi-refresh units, a postinst that writes the default config.toml), and publishes a flat apt
+repository signed with the lab's own key - the layout of NVIDIA's (`<base>/$(ARCH)/` with Packages,
+Release, InRelease, and `gpgkey` beside it). `repo up` serves it on 127.0.0.1 (the machines share the
+host's network); the role installs from it exactly as from NVIDIA's.
+
+crictl (sigs.k8s.io/cri-tools) is built beside it and served under `tools/`, so tests can read CRI `info`.
+Everything built is cached in <cache>/toolkit, keyed by version and recipe.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .errors import LabError
+from .images import cache_dir
+from .toolchain import WRAPPER_MODULE, _empty_dir, _finish, _go, _tools_go, go_env
+
+TOOLKIT_MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
+TOOLKIT_VERSION = "v1.18.2"
+TOOLKIT_BINARIES = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")
+CRI_TOOLS_VERSION = "v1.36.0"
+# Bump when the package or repository layout changes, so the cache is rebuilt.
+RECIPE = 2
+PACKAGE = "nvidia-container-toolkit-base"
+ARCH = "amd64"
+DEFAULT_PORT = 8461
+KEY_NAME = "gpuops lab toolkit repository <lab@gpuops.invalid>"
+
+
+def toolkit_cache() -> Path:
+    return cache_dir() / "toolkit"
+
+
+def build_binaries(log: Path) -> Path:
+    """nvidia-ctk, nvidia-container-runtime, nvidia-cdi-hook and the refresh units, from the Go module."""
+    final = toolkit_cache() / "bin" / f"toolkit-{TOOLKIT_VERSION}-r{RECIPE}"
+    if all((final / b).exists() for b in TOOLKIT_BINARIES) and (final / "systemd").is_dir():
+        return final
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    # cgo: go-nvml loads libnvidia-ml.so.1 with dlopen.
+    env = {**go_env(), "CGO_ENABLED": "1", "GOBIN": str(tmp)}
+    ldflags = f"-s -w -X {TOOLKIT_MODULE}/internal/info.version={TOOLKIT_VERSION.lstrip('v')}"
+    _go(["install", "-trimpath", "-ldflags", ldflags, *[f"{TOOLKIT_MODULE}/cmd/{b}@{TOOLKIT_VERSION}" for b in TOOLKIT_BINARIES]],
+        tmp, log, f"building the NVIDIA Container Toolkit {TOOLKIT_VERSION}", env=env)
+    info = json.loads(_go(["mod", "download", "-json", f"{TOOLKIT_MODULE}@{TOOLKIT_VERSION}"], tmp, log,
+                          f"fetching {TOOLKIT_MODULE} {TOOLKIT_VERSION}", env=env))
+    shutil.copytree(Path(info["Dir"]) / "deployments/systemd", tmp / "systemd")
+    for path in (tmp / "systemd").iterdir():
+        path.chmod(0o644)
+    return _finish(tmp, final)
+
+
+def build_crictl(log: Path) -> Path:
+    final = toolkit_cache() / "bin" / f"crictl-{CRI_TOOLS_VERSION}"
+    if (final / "crictl").exists():
+        return final
+    # Through a wrapper module: `go install .../cmd/crictl@v` first asks the proxy for a module named
+    # .../cmd/crictl, and this proxy answers 403 (not 404) for one that does not exist, which go treats as fatal.
+    src = _empty_dir(toolkit_cache() / "src" / f"cri-tools-{CRI_TOOLS_VERSION}")
+    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/cri-tools\n\ngo 1.25\n\nrequire sigs.k8s.io/cri-tools {CRI_TOOLS_VERSION}\n")
+    (src / "tools.go").write_text(_tools_go(["sigs.k8s.io/cri-tools/cmd/crictl"]))
+    _go(["mod", "tidy"], src, log, f"resolving cri-tools {CRI_TOOLS_VERSION}")
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "crictl"), "sigs.k8s.io/cri-tools/cmd/crictl"],
+        src, log, f"building crictl {CRI_TOOLS_VERSION}")
+    return _finish(tmp, final)
+
+
+def deb_version() -> str:
+    return TOOLKIT_VERSION.lstrip("v") + "-1"
+
+
+def control_file(installed_kib: int) -> str:
+    return (f"Package: {PACKAGE}\nVersion: {deb_version()}\nArchitecture: {ARCH}\n"
+            "Maintainer: gpuops lab <lab@gpuops.invalid>\nSection: utils\nPriority: optional\n"
+            f"Installed-Size: {installed_kib}\n"
+            f"Description: NVIDIA Container Toolkit Base (lab build of {TOOLKIT_MODULE} {TOOLKIT_VERSION})\n"
+            " nvidia-ctk, nvidia-container-runtime and nvidia-cdi-hook, built from the Go module by the\n"
+            " gpuops.nvidia lab for its local repository.\n")
+
+
+POSTINST = """#!/bin/sh
+set -e
+# As NVIDIA's package does: write the default config when there is none, keep a present one.
+if [ "$1" = configure ]; then
+    mkdir -p /etc/nvidia-container-runtime
+    /usr/bin/nvidia-ctk --quiet config --config-file=/etc/nvidia-container-runtime/config.toml --in-place
+fi
+"""
+
+
+def build_deb(binaries: Path, out_dir: Path) -> Path:
+    stage = _empty_dir(out_dir / "stage")
+    for name in TOOLKIT_BINARIES:
+        dest = stage / "usr/bin" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(binaries / name, dest)
+        dest.chmod(0o755)
+    units = stage / "lib/systemd/system"
+    units.mkdir(parents=True)
+    for unit in ("nvidia-cdi-refresh.service", "nvidia-cdi-refresh.path"):
+        shutil.copy2(binaries / "systemd" / unit, units / unit)
+    env_dir = stage / "etc/nvidia-container-toolkit"
+    env_dir.mkdir(parents=True)
+    shutil.copy2(binaries / "systemd/nvidia-cdi-refresh.env", env_dir / "nvidia-cdi-refresh.env")
+    size = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file()) // 1024 + 1
+    debian = stage / "DEBIAN"
+    debian.mkdir()
+    (debian / "control").write_text(control_file(size))
+    (debian / "conffiles").write_text("/etc/nvidia-container-toolkit/nvidia-cdi-refresh.env\n")
+    (debian / "postinst").write_text(POSTINST)
+    (debian / "postinst").chmod(0o755)
+    deb = out_dir / f"{PACKAGE}_{deb_version()}_{ARCH}.deb"
+    res = subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(stage), str(deb)],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise LabError(f"dpkg-deb failed: {res.stderr.strip()}")
+    shutil.rmtree(stage)
+    return deb
+
+
+def _gpg(home: Path, args: list[str]) -> str:
+    res = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--pinentry-mode", "loopback", "--passphrase", "", *args],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise LabError(f"gpg {' '.join(args[:2])} failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+def signing_key(home: Path) -> str:
+    """The lab repository's key (made once), as an ASCII-armored public key."""
+    if not (home / "pubring.kbx").exists() or not _gpg(home, ["--list-secret-keys", KEY_NAME]).strip():
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _gpg(home, ["--quick-generate-key", KEY_NAME, "ed25519", "sign", "never"])
+    return _gpg(home, ["--armor", "--export", KEY_NAME])
+
+
+def packages_entry(deb: Path, rel: str) -> str:
+    data = deb.read_bytes()
+    control = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True).stdout
+    return (control.rstrip("\n") + f"\nFilename: {rel}\nSize: {len(data)}\n"
+            f"SHA256: {hashlib.sha256(data).hexdigest()}\n")
+
+
+def release_file(files: dict[str, bytes]) -> str:
+    lines = ["Origin: gpuops-lab", "Label: nvidia-container-toolkit (gpuops lab)", f"Architectures: {ARCH}",
+             f"Date: {time.strftime('%a, %d %b %Y %H:%M:%S UTC', time.gmtime())}", "SHA256:"]
+    lines += [f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}" for name, data in sorted(files.items())]
+    return "\n".join(lines) + "\n"
+
+
+def build_repo(progress=print) -> Path:
+    """The signed flat repository (cached); returns its root, which holds gpgkey, <arch>/ and tools/."""
+    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-r{RECIPE}"
+    if (root / ARCH / "InRelease").exists() and (root / "tools/crictl").exists():
+        return root
+    log = toolkit_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    t0 = time.monotonic()
+    binaries = build_binaries(log)
+    crictl = build_crictl(log)
+    tmp = _empty_dir(root.with_name(root.name + ".tmp"))
+    arch_dir = tmp / ARCH
+    arch_dir.mkdir()
+    deb = build_deb(binaries, arch_dir)
+    packages = packages_entry(deb, f"./{deb.name}").encode()
+    files = {"Packages": packages, "Packages.gz": gzip.compress(packages, mtime=0)}
+    for name, data in files.items():
+        (arch_dir / name).write_bytes(data)
+    home = toolkit_cache() / "gnupg"
+    (tmp / "gpgkey").write_text(signing_key(home))
+    (arch_dir / "Release").write_text(release_file(files))
+    _gpg(home, ["--local-user", KEY_NAME, "--clearsign", "--output", str(arch_dir / "InRelease"), str(arch_dir / "Release")])
+    _gpg(home, ["--local-user", KEY_NAME, "--armor", "--detach-sign", "--output", str(arch_dir / "Release.gpg"),
+                str(arch_dir / "Release")])
+    (tmp / "tools").mkdir()
+    shutil.copy2(crictl / "crictl", tmp / "tools/crictl")
+    shutil.copy2(binaries / "nvidia-ctk", tmp / "tools/nvidia-ctk")
+    progress(f"lab toolkit repository: built in {time.monotonic() - t0:.0f}s ({root})")
+    return _finish(tmp, root)
+
+
+# -- serving ----------------------------------------------------------------------------------
+
+
+def _state(state_dir: Path) -> Path:
+    return state_dir / "toolkit-repo.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def status(state_dir: Path) -> dict:
+    path = _state(state_dir)
+    if not path.exists():
+        return {"running": False}
+    data = json.loads(path.read_text())
+    data["running"] = _alive(data["pid"])
+    return data
+
+
+def up(state_dir: Path, port: int = DEFAULT_PORT, progress=print) -> dict:
+    """Serve the repository on 127.0.0.1:port (a server already running for this state is kept)."""
+    current = status(state_dir)
+    if current["running"]:
+        return current
+    root = build_repo(progress)
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise LabError(f"port {port} on 127.0.0.1 is in use ({exc.strerror}); stop what holds it or pick another "
+                           "with --port / GPUOPS_LAB_REPO_PORT") from None
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logf = (state_dir / "toolkit-repo.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root), str(port)],
+                            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for _attempt in range(50):
+        try:
+            with urllib.request.urlopen(f"{url}/{ARCH}/InRelease", timeout=1):
+                pass
+            if proc.poll() is None:
+                break
+        except OSError:
+            if proc.poll() is not None:
+                raise LabError(f"the repository server exited with {proc.returncode}; see {state_dir / 'toolkit-repo.log'}") from None
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise LabError(f"the repository server did not answer on {url}")
+    data = {"pid": proc.pid, "port": port, "url": url, "root": str(root), "version": deb_version(),
+            "key_url": f"{url}/gpgkey", "package": PACKAGE}
+    _state(state_dir).write_text(json.dumps(data, indent=2) + "\n")
+    data["running"] = True
+    return data
+
+
+def down(state_dir: Path) -> bool:
+    """Stop the server this state started (by its recorded PID); False when none was running."""
+    path = _state(state_dir)
+    if not path.exists():
+        return False
+    data = json.loads(path.read_text())
+    stopped = False
+    if _alive(data["pid"]):
+        os.kill(data["pid"], signal.SIGTERM)
+        for _attempt in range(50):
+            if not _alive(data["pid"]):
+                break
+            time.sleep(0.1)
+        stopped = True
+    path.unlink()
+    return stopped

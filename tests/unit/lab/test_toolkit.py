@@ -1,0 +1,44 @@
+"""The lab's toolkit repository: its index files, and the driver root the simulated hardware gives nvidia-ctk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+from tests.lab import toolkit
+from tests.lab.hardware import load_profile, write_driver_root
+
+
+def test_release_lists_each_index_file_with_its_hash_and_size():
+    files = {"Packages": b"Package: x\n", "Packages.gz": b"\x1f\x8b zipped"}
+    release = toolkit.release_file(files)
+    for name, data in files.items():
+        assert f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}" in release
+    assert "Architectures: amd64" in release
+
+
+def test_control_names_the_package_nvidia_names_and_the_pinned_release():
+    control = toolkit.control_file(40000)
+    assert control.startswith("Package: nvidia-container-toolkit-base\n")
+    assert f"Version: {toolkit.TOOLKIT_VERSION.lstrip('v')}-1\n" in control
+    assert toolkit.TOOLKIT_VERSION in control and control.endswith("\n")
+
+
+def test_status_without_a_server(tmp_path):
+    assert toolkit.status(tmp_path) == {"running": False}
+    assert toolkit.down(tmp_path) is False
+
+
+def test_driver_root_has_what_nvidia_ctk_locates(tmp_path):
+    profile = load_profile("hgx-h100")
+    write_driver_root(tmp_path / "driver", profile["driver"]["version"], len(profile["gpus"]["bus_ids"]))
+    lib = tmp_path / "driver/usr/lib/x86_64-linux-gnu"
+    version = profile["driver"]["version"]
+    assert os.readlink(lib / f"libnvidia-ml.so.{version}") == "../../../../nvml/libnvidia-ml.so.1"
+    assert (lib / f"libcuda.so.{version}").exists() and os.access(tmp_path / "driver/usr/bin/nvidia-smi", os.X_OK)
+    if os.geteuid() == 0:
+        nodes = sorted(p.name for p in (tmp_path / "driver/dev").iterdir())
+        assert nodes == sorted([f"nvidia{i}" for i in range(8)] + ["nvidiactl", "nvidia-uvm"])
+        st = (tmp_path / "driver/dev/nvidiactl").stat()
+        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195 and os.minor(st.st_rdev) == 255
