@@ -53,8 +53,9 @@ collection: $(COLL_LINK) ## make gpuops.nvidia importable from this checkout
 lab-up: venv lab-deps ## boot the default lab machines and write inventories/lab/hosts.yml
 	$(LAB) up
 
-lab-down: venv ## stop the lab cluster and machines (by PID) and remove them
+lab-down: venv ## stop the lab cluster, toolkit repository and machines (by PID) and remove them
 	$(LAB) cluster status --json | grep -q '"running": true' && $(LAB) cluster down || true
+	$(LAB) repo down
 	$(LAB) down
 
 lab-status: venv ## list the lab machines
@@ -75,7 +76,10 @@ lab-kubeconfig: ## print the lab cluster's kubeconfig path
 demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run playbooks/site.yml against it
 	# The lab cluster, a KWOK node per machine, for cluster.yml (a cluster left running is kept).
 	$(LAB) cluster status --json | grep -q '"running": true' || $(LAB) cluster up
+	# The toolkit's signed apt repository on 127.0.0.1, built from NVIDIA's Go module, and containerd.
+	$(LAB) repo up
 	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
+	$(BIN)/ansible-playbook molecule/shared/containerd.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig)
 	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
