@@ -17,9 +17,9 @@ SANITY_VENV := .build/ansible-test-venv
 LAB := $(PY) -m tests.lab
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-# Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd, and a C compiler
-# for the simulated NVML library.
-LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6-dev
+# Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd, a C compiler for the
+# simulated NVML library (and cgo in nvidia-ctk), and gpg to sign the lab's toolkit repository.
+LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6-dev gpg
 
 .PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status \
 	lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
@@ -38,7 +38,8 @@ venv: $(BIN)/.installed ## install the pinned Python tools into .venv
 lab-deps: ## install the lab's host packages (apt) when missing
 	@command -v go >/dev/null || { echo "lab-deps: Go not found; the lab cluster builds its control plane with the machine's Go (1.26 or later)"; exit 1; }
 	@if command -v systemd-nspawn >/dev/null && command -v debootstrap >/dev/null \
-	    && command -v ssh >/dev/null && command -v zstd >/dev/null && command -v gcc >/dev/null; then \
+	    && command -v ssh >/dev/null && command -v zstd >/dev/null && command -v gcc >/dev/null \
+	    && command -v gpg >/dev/null; then \
 	  echo "lab host packages: present"; \
 	else \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(LAB_HOST_PACKAGES); \
