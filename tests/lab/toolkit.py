@@ -226,6 +226,8 @@ def up(state_dir: Path, port: int = DEFAULT_PORT, progress=print) -> dict:
         return current
     root = build_repo(progress)
     with socket.socket() as probe:
+        # As http.server binds: a port left in TIME_WAIT is free, one with a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:
