@@ -80,7 +80,7 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	# The toolkit's signed apt repository on 127.0.0.1, built from NVIDIA's Go module, and containerd.
 	$(LAB) repo up
 	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
-	$(BIN)/ansible-playbook molecule/shared/containerd.yml -i inventories/lab
+	$(BIN)/ansible-playbook molecule/shared/runtime.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig)
 	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 

@@ -94,9 +94,14 @@ options:
     type: dict
     default: {}
   backup:
-    description: Keep a backup of each file replaced, next to it.
+    description: Keep a backup of each file replaced.
     type: bool
     default: true
+  backup_dir:
+    description:
+      - Where backups go. By default beside each file, except for CRI-O's drop-in directory, which CRI-O reads
+        whole (a backup there would be loaded as configuration, and win) - those go to C(/etc/crio/gpuops-backups).
+    type: path
   image_build:
     description: C(auto) detects an image build (chroot, no running systemd), returned as RV(image_build) so the
       caller does not restart the runtime there; C(true)/C(false) force it.
@@ -179,7 +184,9 @@ rollback:
 """
 
 import os
+import shutil
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import container_runtime as cr
@@ -220,7 +227,8 @@ def run(module: AnsibleModule, argv: list[str]) -> str:
 
 
 def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
-    """CRI-O's config files in the order it reads them, without our drop-in."""
+    """CRI-O's config files in the order it reads them, without our drop-in. CRI-O reads every file of its
+    drop-in directory, whatever the name (seen with CRI-O 1.34: it loaded an editor's backup file)."""
     sources = []
     text = read(config)
     if text is not None:
@@ -229,18 +237,28 @@ def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
     if os.path.isdir(directory):
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
-            if path != drop_in and name.endswith((".conf", ".toml")) and os.path.isfile(path):
+            if path != drop_in and os.path.isfile(path):
                 sources.append((path, read(path) or ""))
     return sources
 
 
-def write(module: AnsibleModule, path: str, text: str, mode_from: str | None) -> str:
+def backup(module: AnsibleModule, path: str, directory: str | None) -> str:
+    """A copy of path, beside it or in directory; returns the copy's path."""
+    if not directory:
+        return module.backup_local(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    dest = os.path.join(directory, f"{os.path.basename(path)}.{time.strftime('%Y-%m-%d@%H:%M:%S')}~")
+    shutil.copy2(path, dest)
+    return dest
+
+
+def write(module: AnsibleModule, path: str, text: str, mode_from: str | None, backup_dir: str | None) -> str:
     """Atomically replace path with text; returns the backup path ('' for a new file)."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=0o755)
     exists = os.path.exists(path)
-    backup = module.backup_local(path) if exists and module.params["backup"] else ""
+    saved = backup(module, path, backup_dir) if exists and module.params["backup"] else ""
     ref = path if exists else mode_from
     mode = os.stat(ref).st_mode & 0o7777 if ref and os.path.exists(ref) else 0o644
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-")
@@ -250,7 +268,7 @@ def write(module: AnsibleModule, path: str, text: str, mode_from: str | None) ->
     module.atomic_move(tmp, path, unsafe_writes=False)
     # atomic_move gives a new file the default mode: set ours (a drop-in may carry the main file's secrets).
     os.chmod(path, mode)
-    return backup
+    return saved
 
 
 def main() -> None:
@@ -270,6 +288,7 @@ def main() -> None:
             "toolkit_mode": {"type": "str", "choices": list(cr.TOOLKIT_MODES)},
             "toolkit_settings": {"type": "dict", "default": {}},
             "backup": {"type": "bool", "default": True},
+            "backup_dir": {"type": "path"},
             "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
         },
         supports_check_mode=True,
@@ -324,9 +343,13 @@ def main() -> None:
     if not module.check_mode:
         main_file = config if runtime == "containerd" else None
         for path, text in all_files.items():
-            backup = write(module, path, text, mode_from=main_file)
+            # CRI-O would load a backup left in its drop-in directory as configuration.
+            crio_dir = runtime == "crio" and os.path.dirname(path) == os.path.dirname(drop_in)
+            backup_dir = p["backup_dir"] or (os.path.join(os.path.dirname(os.path.dirname(drop_in)), "gpuops-backups")
+                                             if crio_dir else None)
+            saved = write(module, path, text, mode_from=main_file, backup_dir=backup_dir)
             if path in runtime_files:
-                rollback.append({"path": path, "backup": backup, "existed": bool(diff_before[path])})
+                rollback.append({"path": path, "backup": saved, "existed": bool(diff_before[path])})
     else:
         rollback = [{"path": path, "backup": "", "existed": bool(diff_before[path])} for path in runtime_files]
     result.update(

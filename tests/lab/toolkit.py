@@ -8,7 +8,9 @@ repository signed with the lab's own key - the layout of NVIDIA's (`<base>/$(ARC
 Release, InRelease, and `gpgkey` beside it). `repo up` serves it on 127.0.0.1 (the machines share the
 host's network); the role installs from it exactly as from NVIDIA's.
 
-crictl (sigs.k8s.io/cri-tools) is built beside it and served under `tools/`, so tests can read CRI `info`.
+Served beside it under `tools/`: crictl (sigs.k8s.io/cri-tools), so tests can read CRI `info`, and CRI-O
+(github.com/cri-o/cri-o, with its pinns helper built from the module's C sources), whose other parts
+(conmon, crun) come from the distributions.
 Everything built is cached in <cache>/toolkit, keyed by version and recipe.
 """
 
@@ -35,6 +37,10 @@ TOOLKIT_MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
 TOOLKIT_VERSION = "v1.18.2"
 TOOLKIT_BINARIES = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")
 CRI_TOOLS_VERSION = "v1.36.0"
+CRIO_MODULE = "github.com/cri-o/cri-o"
+CRIO_VERSION = "v1.34.0"
+# Build tags that leave out what needs C libraries the lab does not install (gpgme, btrfs, devmapper).
+CRIO_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
 # Bump when the package or repository layout changes, so the cache is rebuilt.
 RECIPE = 2
 PACKAGE = "nvidia-container-toolkit-base"
@@ -79,6 +85,34 @@ def build_crictl(log: Path) -> Path:
     tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "crictl"), "sigs.k8s.io/cri-tools/cmd/crictl"],
         src, log, f"building crictl {CRI_TOOLS_VERSION}")
+    return _finish(tmp, final)
+
+
+def build_crio(log: Path) -> Path:
+    """crio from its Go module, and pinns (its C helper) from the module's sources with the host's gcc."""
+    final = toolkit_cache() / "bin" / f"crio-{CRIO_VERSION}"
+    if (final / "crio").exists() and (final / "pinns").exists():
+        return final
+    src = _empty_dir(toolkit_cache() / "src" / f"cri-o-{CRIO_VERSION}")
+    env = {**go_env(), "CGO_ENABLED": "1"}
+    info = json.loads(_go(["mod", "download", "-json", f"{CRIO_MODULE}@{CRIO_VERSION}"], src, log,
+                          f"fetching {CRIO_MODULE} {CRIO_VERSION}", env=env))
+    upstream = Path(info["Dir"])
+    gomod = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading cri-o's go.mod", env=env))
+    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/cri-o\n\ngo {gomod['Go']}\n\nrequire {CRIO_MODULE} {CRIO_VERSION}\n")
+    # cri-o's own go.sum: several of its pseudo-versioned dependencies are not in the checksum database
+    # this proxy serves, and these are the hashes cri-o was released with.
+    shutil.copyfile(upstream / "go.sum", src / "go.sum")
+    (src / "tools.go").write_text(_tools_go([f"{CRIO_MODULE}/cmd/crio"]))
+    _go(["mod", "tidy"], src, log, f"resolving cri-o {CRIO_VERSION}", env=env)
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    _go(["build", "-trimpath", "-tags", CRIO_TAGS, "-ldflags", "-s -w", "-o", str(tmp / "crio"), f"{CRIO_MODULE}/cmd/crio"],
+        src, log, f"building cri-o {CRIO_VERSION}", env=env)
+    res = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-static", "-o", str(tmp / "pinns"),
+                          *sorted(str(p) for p in (upstream / "pinns/src").glob("*.c"))],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise LabError(f"building pinns failed: {res.stderr.strip()[-500:]}")
     return _finish(tmp, final)
 
 
@@ -167,13 +201,14 @@ def release_file(files: dict[str, bytes]) -> str:
 
 def build_repo(progress=print) -> Path:
     """The signed flat repository (cached); returns its root, which holds gpgkey, <arch>/ and tools/."""
-    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-r{RECIPE}"
-    if (root / ARCH / "InRelease").exists() and (root / "tools/crictl").exists():
+    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-{CRIO_VERSION}-r{RECIPE}"
+    if (root / ARCH / "InRelease").exists() and (root / "tools/crio").exists():
         return root
     log = toolkit_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     t0 = time.monotonic()
     binaries = build_binaries(log)
     crictl = build_crictl(log)
+    crio = build_crio(log)
     tmp = _empty_dir(root.with_name(root.name + ".tmp"))
     arch_dir = tmp / ARCH
     arch_dir.mkdir()
@@ -191,6 +226,8 @@ def build_repo(progress=print) -> Path:
     (tmp / "tools").mkdir()
     shutil.copy2(crictl / "crictl", tmp / "tools/crictl")
     shutil.copy2(binaries / "nvidia-ctk", tmp / "tools/nvidia-ctk")
+    for name in ("crio", "pinns"):
+        shutil.copy2(crio / name, tmp / "tools" / name)
     progress(f"lab toolkit repository: built in {time.monotonic() - t0:.0f}s ({root})")
     return _finish(tmp, root)
 

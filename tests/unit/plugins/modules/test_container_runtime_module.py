@@ -115,3 +115,23 @@ def test_unknown_runtime_name_is_refused_before_writing(node):
     res = run(runtime_name="Nvidia GPU")
     assert res["failed"] and "runtime_name: 'Nvidia GPU'" in res["msg"]
     assert files(etc) == {}
+
+
+def test_crio_drop_in_backups_stay_out_of_the_directory_crio_reads_whole(node):
+    etc, run, _calls, _v = node
+    conf_d = etc / "crio/crio.conf.d"
+    conf_d.mkdir(parents=True)
+    (etc / "crio/crio.conf").write_text('[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\n'
+                                        'runtime_path = "/usr/bin/runc"\nruntime_root = "/run/runc"\n')
+    # CRI-O reads every file of the directory: a site file without .toml counts too, and comes later.
+    (conf_d / "50-site").write_text('[crio.runtime.runtimes.runc]\nmonitor_path = "/usr/libexec/crio/conmon"\n')
+    args = {"runtime": "crio", "config": str(etc / "crio/crio.conf"), "drop_in": str(conf_d / "99-nvidia.toml")}
+    first = run(**args)
+    assert first["rollback"] == [{"path": str(conf_d / "99-nvidia.toml"), "backup": "", "existed": False}]
+    text = (conf_d / "99-nvidia.toml").read_text()
+    assert 'monitor_path = "/usr/libexec/crio/conmon"' in text and 'runtime_root = "/run/runc"' in text
+    second = run(**args, runtime_config={"runtime_type": "vm"})
+    saved = second["rollback"][0]["backup"]
+    assert saved.startswith(str(etc / "crio/gpuops-backups") + "/99-nvidia.toml.")
+    assert sorted(p.name for p in conf_d.iterdir()) == ["50-site", "99-nvidia.toml"]
+    assert Path(saved).read_text() == text
