@@ -363,12 +363,20 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     # Options come from the main file's default runtime, or from containerd's defaults when it has none.
     inherited = inherited_runtime(main.before, plugin, name)
     default_text = defaults() if inherited is None and defaults is not None else None
+    changes: list[tuple[tuple[str, ...], object]] = []
     if default_text:
         data = plain(parse(default_text, "containerd config default"))
-        inherited = without_zero_values(inherited_runtime(data, runtime_plugin(config_version(data) or wanted), name))
+        default_plugin = runtime_plugin(config_version(data) or wanted)
+        inherited = without_zero_values(inherited_runtime(data, default_plugin, name))
+        # A config that names any runtime replaces containerd 1.x's built-in ones: keep the default runtime
+        # defined, or default_runtime_name names nothing and the CRI plugin refuses to load.
+        default_name = get_path(main.before, (*base, "containerd", "default_runtime_name")) or \
+            get_path(data, ("plugins", default_plugin, "containerd", "default_runtime_name")) or "runc"
+        default_table = get_path(data, ("plugins", default_plugin, "containerd", "runtimes", default_name))
+        if default_name != name and isinstance(default_table, Mapping):
+            changes.append(((*base, "containerd", "runtimes", default_name), without_zero_values(default_table)))
     runtime = nvidia_runtime(inherited, runtime_path, extra)
-
-    changes: list[tuple[tuple[str, ...], object]] = [((*base, "containerd", "runtimes", name), runtime)]
+    changes.append(((*base, "containerd", "runtimes", name), runtime))
     if set_as_default:
         changes.append(((*base, "containerd", "default_runtime_name"), name))
     if enable_cdi and cdi != "skip":

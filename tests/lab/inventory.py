@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from .hardware import HW_PATH, NVML_LIBRARY
+from .hardware import HW_PATH, NVML_LIBRARY, load_profile
 from .machines import Machine, ssh_option_args
 
 GROUP = "gpu_nodes"
@@ -37,6 +37,11 @@ def host_vars(machine: Machine) -> dict:
             "gpuops_preflight_hardware_root": HW_PATH,
             "gpuops_preflight_nvml_library": NVML_LIBRARY,
         })
+        gpus = load_profile(machine.profile).get("gpus") or {}
+        if any(gpus.get("mig_devices") or []):
+            # nvidia-ctk reads MIG devices' capability files from the real /proc/driver/nvidia-caps, which a
+            # lab machine cannot simulate: the CDI spec is not generated on machines with MIG devices.
+            found["gpuops_container_toolkit_cdi_spec"] = False
     return found
 
 

@@ -77,3 +77,13 @@ def test_inventory_of_a_machine_with_a_profile_points_the_roles_at_its_hardware(
     assert host["gpuops_lab_profile"] == "hgx-h100"
     assert host["gpuops_preflight_hardware_root"] == "/opt/gpuops-lab/hw"
     assert host["gpuops_preflight_nvml_library"] == "/opt/gpuops-lab/hw/nvml/libnvidia-ml.so.1"
+
+
+def test_machines_with_mig_devices_do_not_generate_the_cdi_spec():
+    from tests.lab.inventory import host_vars
+
+    def machine(profile):
+        return Machine(name="a", distro="noble", port=2221, directory="/x/a", profile=profile)
+
+    assert host_vars(machine("a100-pcie-mig"))["gpuops_container_toolkit_cdi_spec"] is False
+    assert "gpuops_container_toolkit_cdi_spec" not in host_vars(machine("hgx-h100"))

@@ -215,3 +215,27 @@ def test_toolkit_config_mode_and_settings_in_place():
 def test_dump_toml_round_trips():
     value = {"version": 2, "plugins": {"a.b": {"x": ["1", "2"], "y": True, "z": {"k": 3, "q": "it's \"quoted\""}}}}
     assert data(cr.dump_toml(value, header="two\nlines")) == value
+
+
+# /etc/containerd/config.toml as Debian 12's containerd 1.6.20 package ships it: a CRI section without runtimes.
+DEBIAN_16 = (RECORDED / "containerd-1.6.20-debian-config.toml").read_text()
+
+
+@pytest.mark.parametrize("drop_in", ["", DROP])
+def test_a_config_without_runtimes_keeps_the_default_runtime_defined(drop_in):
+    # containerd 1.x replaces its default runtimes with the ones a config names: with only nvidia written,
+    # default_runtime_name "runc" named no runtime and the CRI plugin refused to load (seen in `make demo`).
+    p = plan((1, 6, 20), DEBIAN_16, DEFAULT_16, drop_in_path=drop_in)
+    written = data(p["files"][drop_in or MAIN])
+    rts = runtimes(written, cr.CRI_V2)
+    assert set(rts) == {"runc", "nvidia"}
+    assert rts["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert rts["nvidia"]["options"] == {"BinaryName": NV}
+    assert written["plugins"][cr.CRI_V2]["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert again((1, 6, 20), p, DEBIAN_16, DEFAULT_16, drop_in_path=drop_in)["files"] == {}
+
+
+def test_a_default_runtime_already_defined_is_not_rewritten():
+    p = plan((1, 7, 12), V2, DEFAULT_16)
+    assert runtimes(data(p["files"][MAIN]), cr.CRI_V2)["runc"] == {"runtime_type": "io.containerd.runc.v2",
+                                                                      "options": {"SystemdCgroup": True}}
