@@ -237,5 +237,5 @@ def test_a_config_without_runtimes_keeps_the_default_runtime_defined(drop_in):
 
 def test_a_default_runtime_already_defined_is_not_rewritten():
     p = plan((1, 7, 12), V2, DEFAULT_16)
-    assert runtimes(data(p["files"][MAIN]), cr.CRI_V2)["runc"] == {"runtime_type": "io.containerd.runc.v2",
-                                                                      "options": {"SystemdCgroup": True}}
+    runc = runtimes(data(p["files"][MAIN]), cr.CRI_V2)["runc"]
+    assert runc == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
