@@ -166,17 +166,32 @@ def build_kubernetes(log: Path) -> Path:
     return _finish(tmp, final)
 
 
+def build_in_wrapper(src: Path, module: str, version: str, package: str, binary: Path, log: Path, *,
+                     go: str = "1.25", tags: str = "", go_sum: Path | None = None, env: dict[str, str] | None = None) -> None:
+    """Build one package of a module through a wrapper module of ours, in src (made empty), into binary.
+
+    For modules whose replace or exclude directives stop `go install pkg@version`, or whose package path this
+    proxy refuses to look up as a module of its own. go_sum seeds the wrapper's go.sum (the module's own hashes,
+    for dependencies the checksum database here does not serve).
+    """
+    name = src.name
+    _empty_dir(src)
+    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/{name}\n\ngo {go}\n\nrequire {module} {version}\n")
+    if go_sum is not None:
+        shutil.copyfile(go_sum, src / "go.sum")
+    (src / "tools.go").write_text(_tools_go([package]))
+    _go(["mod", "tidy"], src, log, f"resolving {name}", env=env)
+    _go(["build", "-trimpath", *(["-tags", tags] if tags else []), "-ldflags", "-s -w", "-o", str(binary), package],
+        src, log, f"building {name}", env=env)
+
+
 def build_etcd(log: Path) -> Path:
     final = _bin_dir("etcd", ETCD_VERSION)
     if (final / "etcd").exists():
         return final
-    src = _empty_dir(cluster_cache() / "src" / f"etcd-{ETCD_VERSION}")
-    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n")
-    (src / "tools.go").write_text(_tools_go(["go.etcd.io/etcd/server/v3"]))
-    _go(["mod", "tidy"], src, log, f"resolving etcd {ETCD_VERSION}")
     tmp = _empty_dir(final.with_name(final.name + ".tmp"))
-    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
-        src, log, f"building etcd {ETCD_VERSION}")
+    build_in_wrapper(cluster_cache() / "src" / f"etcd-{ETCD_VERSION}", "go.etcd.io/etcd/server/v3", ETCD_VERSION,
+                     "go.etcd.io/etcd/server/v3", tmp / "etcd", log)
     _check_version(tmp / "etcd", f"etcd Version: {ETCD_VERSION.lstrip('v')}")
     return _finish(tmp, final)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .errors import LabError
 from .images import cache_dir
-from .toolchain import WRAPPER_MODULE, _empty_dir, _finish, _go, _tools_go, go_env
+from .toolchain import _empty_dir, _finish, _go, build_in_wrapper, go_env
 
 TOOLKIT_MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
 TOOLKIT_VERSION = "v1.18.2"
@@ -78,13 +78,9 @@ def build_crictl(log: Path) -> Path:
         return final
     # Through a wrapper module: `go install .../cmd/crictl@v` first asks the proxy for a module named
     # .../cmd/crictl, and this proxy answers 403 (not 404) for one that does not exist, which go treats as fatal.
-    src = _empty_dir(toolkit_cache() / "src" / f"cri-tools-{CRI_TOOLS_VERSION}")
-    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/cri-tools\n\ngo 1.25\n\nrequire sigs.k8s.io/cri-tools {CRI_TOOLS_VERSION}\n")
-    (src / "tools.go").write_text(_tools_go(["sigs.k8s.io/cri-tools/cmd/crictl"]))
-    _go(["mod", "tidy"], src, log, f"resolving cri-tools {CRI_TOOLS_VERSION}")
     tmp = _empty_dir(final.with_name(final.name + ".tmp"))
-    _go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / "crictl"), "sigs.k8s.io/cri-tools/cmd/crictl"],
-        src, log, f"building crictl {CRI_TOOLS_VERSION}")
+    build_in_wrapper(toolkit_cache() / "src" / f"cri-tools-{CRI_TOOLS_VERSION}", "sigs.k8s.io/cri-tools", CRI_TOOLS_VERSION,
+                     "sigs.k8s.io/cri-tools/cmd/crictl", tmp / "crictl", log)
     return _finish(tmp, final)
 
 
@@ -93,21 +89,16 @@ def build_crio(log: Path) -> Path:
     final = toolkit_cache() / "bin" / f"crio-{CRIO_VERSION}"
     if (final / "crio").exists() and (final / "pinns").exists():
         return final
-    src = _empty_dir(toolkit_cache() / "src" / f"cri-o-{CRIO_VERSION}")
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     env = {**go_env(), "CGO_ENABLED": "1"}
-    info = json.loads(_go(["mod", "download", "-json", f"{CRIO_MODULE}@{CRIO_VERSION}"], src, log,
+    info = json.loads(_go(["mod", "download", "-json", f"{CRIO_MODULE}@{CRIO_VERSION}"], tmp, log,
                           f"fetching {CRIO_MODULE} {CRIO_VERSION}", env=env))
     upstream = Path(info["Dir"])
-    gomod = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading cri-o's go.mod", env=env))
-    (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/cri-o\n\ngo {gomod['Go']}\n\nrequire {CRIO_MODULE} {CRIO_VERSION}\n")
+    gomod = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], tmp, log, "reading cri-o's go.mod", env=env))
     # cri-o's own go.sum: several of its pseudo-versioned dependencies are not in the checksum database
     # this proxy serves, and these are the hashes cri-o was released with.
-    shutil.copyfile(upstream / "go.sum", src / "go.sum")
-    (src / "tools.go").write_text(_tools_go([f"{CRIO_MODULE}/cmd/crio"]))
-    _go(["mod", "tidy"], src, log, f"resolving cri-o {CRIO_VERSION}", env=env)
-    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
-    _go(["build", "-trimpath", "-tags", CRIO_TAGS, "-ldflags", "-s -w", "-o", str(tmp / "crio"), f"{CRIO_MODULE}/cmd/crio"],
-        src, log, f"building cri-o {CRIO_VERSION}", env=env)
+    build_in_wrapper(toolkit_cache() / "src" / f"cri-o-{CRIO_VERSION}", CRIO_MODULE, CRIO_VERSION, f"{CRIO_MODULE}/cmd/crio",
+                     tmp / "crio", log, go=gomod["Go"], tags=CRIO_TAGS, go_sum=upstream / "go.sum", env=env)
     res = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-static", "-o", str(tmp / "pinns"),
                           *sorted(str(p) for p in (upstream / "pinns/src").glob("*.c"))],
                          capture_output=True, text=True, check=False)
