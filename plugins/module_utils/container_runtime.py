@@ -260,16 +260,20 @@ def runtime_plugin(cfg_version: int) -> str:
     return CRI_V3_RUNTIME if cfg_version >= 3 else CRI_V2
 
 
-def inherited_runtime(data: Mapping, plugin: str, name: str) -> dict | None:
-    """The runtime table the nvidia runtime copies its options from: the default runtime (unless it is
-    nvidia's own), else runc, else crun - what nvidia-ctk does, so SystemdCgroup and Root carry over."""
-    containerd = get_path(data, ("plugins", plugin, "containerd")) or {}
-    runtimes = containerd.get("runtimes") or {}
-    default = containerd.get("default_runtime_name") or "runc"
-    for candidate in (default, "runc", "crun"):
+def runtime_to_copy(runtimes: Mapping, candidates: tuple[str, ...], name: str) -> dict | None:
+    """A copy of the first candidate runtime table that exists and is not nvidia's own - what nvidia-ctk
+    copies the nvidia runtime's options from, so SystemdCgroup, Root, the monitor carry over."""
+    for candidate in candidates:
         if candidate != name and not candidate.startswith("nvidia") and isinstance(runtimes.get(candidate), Mapping):
             return copy.deepcopy(dict(runtimes[candidate]))
     return None
+
+
+def inherited_runtime(data: Mapping, plugin: str, name: str) -> dict | None:
+    """containerd's runtime to copy: the default runtime, else runc, else crun."""
+    containerd = get_path(data, ("plugins", plugin, "containerd")) or {}
+    default = containerd.get("default_runtime_name") or "runc"
+    return runtime_to_copy(containerd.get("runtimes") or {}, (default, "runc", "crun"), name)
 
 
 def without_zero_values(table: Mapping | None) -> dict | None:
@@ -327,9 +331,8 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         if not drop_in_path.endswith(".toml"):
             raise ConfigError(f"drop_in: {drop_in_path!r} must end in .toml")
     extra = dict(runtime_config or {})
-    for key in ("options",):
-        if key in extra and not isinstance(extra[key], Mapping):
-            raise ConfigError(f"runtime_config: {key} must be a table, not {extra[key]!r}")
+    if "options" in extra and not isinstance(extra["options"], Mapping):
+        raise ConfigError(f"runtime_config: options must be a table, not {extra['options']!r}")
     warnings: list[str] = []
     version_text = ".".join(map(str, version))
     cdi_supported = version >= CDI_MIN
@@ -447,11 +450,7 @@ def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text
     runtime_section = get_path(effective, ("crio", "runtime")) or {}
     runtimes = runtime_section.get("runtimes") or {}
     default = runtime_section.get("default_runtime") or "crun"
-    inherited: dict = {}
-    for candidate in (default, "crun", "runc"):
-        if candidate != name and not candidate.startswith("nvidia") and isinstance(runtimes.get(candidate), Mapping):
-            inherited = copy.deepcopy(dict(runtimes[candidate]))
-            break
+    inherited = runtime_to_copy(runtimes, (default, "crun", "runc"), name) or {}
     table = merged(inherited, {"runtime_path": runtime_path, "runtime_type": "oci"})
     table = merged(table, dict(runtime_config or {}))
     runtime: dict = {"runtimes": {name: table}}

@@ -336,8 +336,8 @@ def main() -> None:
 
     runtime_files = plan["files"]
     all_files = {**runtime_files, **toolkit["files"]}
-    diff_before = {path: read(path) is not None for path in all_files}
-    diff = [{"before_header": path, "after_header": path, "before": read(path) or "", "after": text}
+    before = {path: read(path) for path in all_files}
+    diff = [{"before_header": path, "after_header": path, "before": before[path] or "", "after": text}
             for path, text in all_files.items()]
     rollback = []
     if not module.check_mode:
@@ -349,9 +349,9 @@ def main() -> None:
                                              if crio_dir else None)
             saved = write(module, path, text, mode_from=main_file, backup_dir=backup_dir)
             if path in runtime_files:
-                rollback.append({"path": path, "backup": saved, "existed": bool(diff_before[path])})
+                rollback.append({"path": path, "backup": saved, "existed": before[path] is not None})
     else:
-        rollback = [{"path": path, "backup": "", "existed": bool(diff_before[path])} for path in runtime_files]
+        rollback = [{"path": path, "backup": "", "existed": before[path] is not None} for path in runtime_files]
     result.update(
         changed=bool(all_files), files=sorted(all_files), restart_required=bool(runtime_files), rollback=rollback,
         cdi_enabled=plan["cdi_enabled"], cdi_supported=plan["cdi_supported"])
