@@ -8,25 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
+
+from .harness import call
 
 RECORDED = (Path(__file__).parents[1] / "module_utils/recorded/nvidia-ctk-1.18.2-cdi-l40s.yaml").read_text()
 UUIDS = ["GPU-63d77e99-612d-513c-a470-11229cab1ea2", "GPU-1d29a310-d579-5534-9ae4-86788ffdd627",
          "GPU-ed3817d9-b1dc-5ade-9fc2-357fd27bcca3", "GPU-39a358b9-2b7a-5927-8328-4602dce6e1d6"]
 GPU_INFO = {"nvml": {"status": "ok", "gpus": [{"index": i, "uuid": u, "mig": {}} for i, u in enumerate(UUIDS)]}}
-
-
-class Exit(Exception):
-    pass
-
-
-def exit_json(self, **kw):
-    raise Exit({"failed": False, **kw})
-
-
-def fail_json(self, **kw):
-    raise Exit({"failed": True, **kw})
 
 
 @pytest.fixture
@@ -43,17 +32,13 @@ def node(tmp_path, monkeypatch):
         return 1, "", 'time="x" level=error msg="failed to generate CDI spec: failed to initialize NVML: Driver Not Loaded"\n'
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
     spec = tmp_path / "run/cdi/nvidia.yaml"
     (tmp_path / "run").mkdir()
 
     def run(check=False, **args):
         params = {"path": str(spec), "nvidia_ctk": "/usr/bin/nvidia-ctk", "_ansible_check_mode": check,
                   "_ansible_diff": True, **args}
-        with patch_module_args(params), pytest.raises(Exit) as exc:
-            cdi_spec.main()
-        return exc.value.args[0]
+        return call(cdi_spec.main, params)
 
     return spec, run, calls, answer
 

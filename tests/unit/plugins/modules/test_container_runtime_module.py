@@ -6,23 +6,12 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
+
+from .harness import call
 
 RECORDED = Path(__file__).parents[1] / "module_utils/recorded"
 PLANTED = Path(__file__).parents[4] / "molecule/runtime/files"
-
-
-class Exit(Exception):
-    pass
-
-
-def exit_json(self, **kw):
-    raise Exit({"failed": False, **kw})
-
-
-def fail_json(self, **kw):
-    raise Exit({"failed": True, **kw})
 
 
 @pytest.fixture
@@ -43,16 +32,12 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: "/usr/bin/containerd" if name == "containerd" else None)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
     def run(check=False, **args):
         params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
                   "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
                   "_ansible_check_mode": check, "_ansible_diff": True, **args}
-        with patch_module_args(params), pytest.raises(Exit) as exc:
-            container_runtime.main()
-        return exc.value.args[0]
+        return call(container_runtime.main, params)
 
     return etc, run, calls, version
 

@@ -7,13 +7,10 @@ import os
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpuops.nvidia.plugins.module_utils import nouveau as nv
 from ansible_collections.gpuops.nvidia.plugins.modules import nouveau
 
-
-class Exit(Exception):
-    pass
+from .harness import call
 
 
 @pytest.fixture
@@ -33,24 +30,14 @@ def host(tmp_path, monkeypatch):
             (sysroot / "boot/initrd.img-6.8.0-151-generic").write_text("new")
         return 0, "", ""
 
-    def exit_json(self, **kw):
-        raise Exit({"failed": False, **kw})
-
-    def fail_json(self, **kw):
-        raise Exit({"failed": True, **kw})
-
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: f"/usr/sbin/{name}" if name != "dracut" else None)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
     def run(check=False, diff=True, **args):
         params = {"sysroot": str(sysroot), "root": str(proc), "image_build": "false", "_ansible_check_mode": check,
                   "_ansible_diff": diff, **args}
-        with patch_module_args(params), pytest.raises(Exit) as exc:
-            nouveau.main()
-        return exc.value.args[0]
+        return call(nouveau.main, params)
 
     def modules(text):
         (proc / "proc/modules").write_text(text)
