@@ -14,7 +14,7 @@ COLL_ROOT := .build/collections
 COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuops/nvidia
 SANITY_DIR := .build/sanity/ansible_collections/gpuops/nvidia
 SANITY_VENV := .build/ansible-test-venv
-LAB := $(PY) -m tests.lab
+LAB := $(PY) -m lab
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd, a C compiler for the
@@ -82,7 +82,7 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
 	$(BIN)/ansible-playbook molecule/shared/runtime.yml -i inventories/lab
 	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig)
-	@echo "The lab is still running: 'python -m tests.lab ssh lab-noble' to look around, 'make lab-down' to stop it."
+	@echo "The lab is still running: 'python -m lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
 unit: venv collection ## unit tests
 	$(BIN)/pytest tests/unit
@@ -112,7 +112,7 @@ sanity: $(SANITY_VENV)/.installed ## ansible-test sanity on a copy of the collec
 	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
 
 lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
-	$(BIN)/pytest -p no:cacheprovider tests/lab_tests
+	$(BIN)/pytest -p no:cacheprovider tests/integration
 
 molecule: venv lab-deps collection ## molecule scenarios on lab machines
 	$(BIN)/molecule test --all

@@ -47,7 +47,7 @@ _value:
 
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils import cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
 
 
 def cluster_nodes(hosts: list, hostvars, keys: dict) -> dict:

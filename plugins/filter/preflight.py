@@ -52,7 +52,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.preflight import findings, report_lines
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
 
 
 def preflight(gpu_info: dict, distribution: str, major_version: str, settings: dict, host: str) -> dict:

@@ -106,7 +106,7 @@ import shutil
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuops.nvidia.plugins.module_utils import cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import cdi
 
 try:
     import yaml

@@ -189,8 +189,8 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.gpuops.nvidia.plugins.module_utils import container_runtime as cr
-from ansible_collections.gpuops.nvidia.plugins.module_utils.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
 DEFAULTS = {
     "containerd": ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"),

@@ -154,8 +154,8 @@ marker:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.driver_host import Host, make_plan, reboot_reasons
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, make_plan, reboot_reasons
 
 
 def main() -> None:

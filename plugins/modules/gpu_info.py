@@ -167,7 +167,7 @@ gpu_info:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 
 def main() -> None:

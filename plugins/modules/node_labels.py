@@ -68,7 +68,7 @@ missing_nodes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.kube import (
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
     api_error,
     connect,

@@ -103,8 +103,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils import nouveau as nv
-from ansible_collections.gpuops.nvidia.plugins.module_utils.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
 _C_ENV = {"LC_ALL": "C", "LANG": "C"}
 

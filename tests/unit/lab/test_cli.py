@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.lab import cli
-from tests.lab.inventory import render_inventory, write_inventory
-from tests.lab.machines import Machine
+from lab import cli
+from lab.inventory import render_inventory, write_inventory
+from lab.machines import Machine
 
 
 def _run(capsys, *argv):
@@ -80,7 +80,7 @@ def test_inventory_of_a_machine_with_a_profile_points_the_roles_at_its_hardware(
 
 
 def test_machines_with_mig_devices_do_not_generate_the_cdi_spec():
-    from tests.lab.inventory import host_vars
+    from lab.inventory import host_vars
 
     def machine(profile):
         return Machine(name="a", distro="noble", port=2221, directory="/x/a", profile=profile)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.cluster import node_manifest, parse_node_spec, scale_nodes
-from tests.lab.devplugin_sim import Simulator, advertised, shared
-from tests.lab.errors import LabError
-from tests.lab.hardware import load_profile
-from tests.lab.toolchain import kubernetes_wrapper_gomod, staging_replaces, staging_version, version_ldflags
+from lab.cluster import node_manifest, parse_node_spec, scale_nodes
+from lab.devplugin_sim import Simulator, advertised, shared
+from lab.errors import LabError
+from lab.hardware import load_profile
+from lab.toolchain import kubernetes_wrapper_gomod, staging_replaces, staging_version, version_ldflags
 
 # What `go mod edit -json` prints for a k8s.io/kubernetes go.mod, cut down: staging replaces, and one that is not.
 UPSTREAM = {

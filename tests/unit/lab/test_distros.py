@@ -4,8 +4,8 @@ import hashlib
 
 import pytest
 
-from tests.lab.distros import DISTROS, KEYRING_DIR, get_distro, parse_debootstrap_sources, render_apt_sources, security_uri
-from tests.lab.errors import LabError
+from lab.distros import DISTROS, KEYRING_DIR, get_distro, parse_debootstrap_sources, render_apt_sources, security_uri
+from lab.errors import LabError
 
 
 @pytest.mark.parametrize(

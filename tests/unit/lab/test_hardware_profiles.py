@@ -9,10 +9,10 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.gpu_info import collect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
-from tests.lab.errors import LabError
-from tests.lab.hardware import build_fake_nvml, load_profile, mig_layout, nvml_conf, profile_names, write_hardware
+from lab.errors import LabError
+from lab.hardware import build_fake_nvml, load_profile, mig_layout, nvml_conf, profile_names, write_hardware
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_every_profile_has_an_expectation():
 def test_profile_reads_back(profile, tmp_path, fake_nvml, monkeypatch):
     if profile == "no-gpu":
         # No NVIDIA library anywhere: make the default name unloadable, as on a machine without one.
-        monkeypatch.setattr("ansible_collections.gpuops.nvidia.plugins.module_utils.nvml.DEFAULT_LIBRARY", "libnvidia-ml-absent.so.1")
+        monkeypatch.setattr("ansible_collections.gpuops.nvidia.plugins.module_utils.node.nvml.DEFAULT_LIBRARY", "libnvidia-ml-absent.so.1")
         import pynvml
 
         monkeypatch.setattr(pynvml, "nvmlLib", None)
@@ -196,7 +196,7 @@ def test_each_profiles_label_set(profile, tmp_path, fake_nvml):
 @pytest.mark.parametrize("profile", ["hgx-h100", "a100-pcie-mig"])
 def test_a_driver_without_the_v2_profile_call_reads_profiles_through_v1(profile, tmp_path, fake_nvml, monkeypatch):
     """Before v2 NVML gave no profile names: they are computed as GFD computes them, and match NVML's."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import nvml
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nvml
 
     v2 = read(profile, tmp_path / "v2", fake_nvml)["nvml"]["gpus"][0]["mig"]["profiles"]
     monkeypatch.setattr(nvml, "_has_entry_point", lambda name: name != "nvmlDeviceGetGpuInstanceProfileInfoV")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tests.lab.distros import DISTROS
-from tests.lab.images import configure_root, image_name, list_images, pick_image
+from lab.distros import DISTROS
+from lab.images import configure_root, image_name, list_images, pick_image
 
 TODAY = dt.date(2026, 11, 21)
 
@@ -66,8 +66,8 @@ def test_configure_root_masks_units_and_makes_sshd_a_plain_service(tmp_path):
 def test_a_build_step_whose_apt_update_could_not_fetch_fails(tmp_path):
     import pytest
 
-    from tests.lab.errors import LabError
-    from tests.lab.images import _APT_FETCH_FAILED, _run
+    from lab.errors import LabError
+    from lab.images import _APT_FETCH_FAILED, _run
 
     log = tmp_path / "log"
     log.write_text("")

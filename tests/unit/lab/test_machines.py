@@ -4,8 +4,8 @@ import socket
 
 import pytest
 
-from tests.lab.errors import LabError
-from tests.lab.machines import Lab, Machine, MachineSpec, assign_ports, check_specs, parse_machine_spec, port_in_use
+from lab.errors import LabError
+from lab.machines import Lab, Machine, MachineSpec, assign_ports, check_specs, parse_machine_spec, port_in_use
 
 
 def test_parse_machine_spec():
@@ -96,14 +96,14 @@ V2_SELF = "0::/ci/job-7\n"
 
 
 def test_machine_cgroups_on_a_v1_host_without_cgroup2(tmp_path):
-    from tests.lab.machines import machine_cgroups
+    from lab.machines import machine_cgroups
 
     (tmp_path / "systemd").mkdir()
     assert machine_cgroups("m", tmp_path, V1_SELF) == [tmp_path / "systemd/user.slice/session-1.scope/m"]
 
 
 def test_machine_cgroups_on_a_hybrid_v1_host_cover_both_hierarchies(tmp_path):
-    from tests.lab.machines import machine_cgroups
+    from lab.machines import machine_cgroups
 
     (tmp_path / "systemd").mkdir()
     (tmp_path / "unified").mkdir()
@@ -115,20 +115,20 @@ def test_machine_cgroups_on_a_hybrid_v1_host_cover_both_hierarchies(tmp_path):
 
 
 def test_machine_cgroups_on_a_v2_host(tmp_path):
-    from tests.lab.machines import machine_cgroups
+    from lab.machines import machine_cgroups
 
     (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
     assert machine_cgroups("m", tmp_path, V2_SELF) == [tmp_path / "ci/job-7/m"]
 
 
 def test_machine_cgroups_without_a_hierarchy(tmp_path):
-    from tests.lab.machines import machine_cgroups
+    from lab.machines import machine_cgroups
 
     assert machine_cgroups("m", tmp_path, V2_SELF) == []
 
 
 def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
-    from tests.lab.machines import remove_cgroup
+    from lab.machines import remove_cgroup
 
     (tmp_path / "m/system.slice/ssh.service").mkdir(parents=True)
     (tmp_path / "m/init.scope").mkdir()

@@ -6,8 +6,8 @@ import hashlib
 import os
 import stat
 
-from tests.lab import toolkit
-from tests.lab.hardware import load_profile, write_driver_root
+from lab import toolkit
+from lab.hardware import load_profile, write_driver_root
 
 
 def test_release_lists_each_index_file_with_its_hash_and_size():

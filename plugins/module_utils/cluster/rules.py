@@ -1,0 +1,507 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The cluster side's decisions, computed from each node's gpu_info: pure functions, no I/O.
+
+- the node labels the GPU Operator would set for a host-managed node (gpu.present, deploy.*, mig.capable),
+- the device plugin's named configs (time-slicing, MPS) checked with the device plugin's own rules,
+- the resources each node should advertise, given its GPUs, the MIG strategy and its sharing config,
+- the mig-parted config (`version: v1`, `mig-configs`) per GPU model, and its check against each model's
+  MIG profile table as the node's NVML reports it (names, counts and placement),
+- the DCGM exporter's metrics CSV checked (three fields, known types, known DCGM field names).
+
+Checks return lists of messages, each naming the variable, the value and what is accepted; an empty list
+means the input is good. Nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
+
+MIG_STRATEGIES = ("none", "single", "mixed")
+# The GPU Operator's deploy labels, for the components this collection deploys.
+DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+COMPONENTS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "mig-manager")
+LABEL_PRESENT = "nvidia.com/gpu.present"
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+LABEL_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
+METRIC_TYPES = ("gauge", "counter", "histogram", "summary", "label")
+_MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb([+-][a-z]+(\.[a-z]+)*)?$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap key, and a label value
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Facts
+# ---------------------------------------------------------------------------------------------------
+
+def gpu_count(info: dict | None) -> int:
+    return int(((info or {}).get("summary") or {}).get("gpu_count") or 0)
+
+
+def nvml_gpus(info: dict | None) -> list[dict]:
+    return list(((info or {}).get("nvml") or {}).get("gpus") or [])
+
+
+def mig_capable(info: dict | None) -> bool:
+    return bool(((info or {}).get("summary") or {}).get("mig_capable"))
+
+
+def filter_id(device_id: str) -> str:
+    """mig-parted's device filter for an NVIDIA PCI device id: 0x<DEVICE><VENDOR>, upper case."""
+    return f"0x{device_id.upper()}10DE"
+
+
+def gpu_models(info: dict | None) -> dict[str, dict]:
+    """The node's MIG-capable GPU models: device filter -> {name, profiles {name: {max, slices, size}}}.
+
+    Profiles come from the node's NVML (the profiles the GPU offers, with their instance counts).
+    `size` is the profile's span in memory slices, from its memory relative to the smallest profile.
+    """
+    models: dict[str, dict] = {}
+    pci = {g.get("bus_id"): g for g in ((info or {}).get("pci") or {}).get("gpus") or []}
+    for gpu in nvml_gpus(info):
+        mig = gpu.get("mig") or {}
+        device_id = (pci.get(gpu.get("bus_id")) or {}).get("device_id")
+        if not mig.get("capable") or not device_id:
+            continue
+        key = filter_id(device_id)
+        profiles = mig.get("profiles") or []
+        if key in models and models[key]["profiles"]:
+            continue
+        smallest = min((p["memory_mib"] for p in profiles if p.get("memory_mib")), default=0)
+        table = {}
+        for p in profiles:
+            ratio = p["memory_mib"] / smallest if smallest else 1
+            table[p["name"]] = {"max": int(p["instances"]), "slices": int(p["slices"]),
+                                "size": 2 ** round(math.log2(max(ratio, 1)))}
+        models[key] = {"name": gpu.get("name") or key, "profiles": table}
+    return models
+
+
+def slim(info: dict | None) -> dict:
+    """The part of gpu_info the cluster side reads, in gpu_info's own shape: a thousand nodes' facts stay small.
+
+    GPU count and MIG capability, each GPU's bus id, PCI device id, name and MIG state (its devices' profiles),
+    and the MIG profile table of the first GPU of each model only.
+    """
+    info = info or {}
+    summary = info.get("summary") or {}
+    pci = [{"bus_id": g.get("bus_id"), "device_id": g.get("device_id")} for g in (info.get("pci") or {}).get("gpus") or []]
+    ids = {g["bus_id"]: g["device_id"] for g in pci}
+    seen: set = set()
+    gpus = []
+    for g in nvml_gpus(info):
+        mig = g.get("mig") or {}
+        model = ids.get(g.get("bus_id"))
+        profiles = [] if model in seen else [
+            {k: p[k] for k in ("name", "instances", "slices", "memory_mib")} for p in mig.get("profiles") or []]
+        if profiles:
+            seen.add(model)
+        gpus.append({"bus_id": g.get("bus_id"), "name": g.get("name"),
+                     "mig": {"capable": bool(mig.get("capable")), "current": bool(mig.get("current")),
+                             "devices": [{"profile": d["profile"]} for d in mig.get("devices") or []],
+                             "profiles": profiles}})
+    return {"summary": {"gpu_count": summary.get("gpu_count", len(pci)), "mig_capable": summary.get("mig_capable")},
+            "pci": {"gpus": pci}, "nvml": {"gpus": gpus}}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Node labels
+# ---------------------------------------------------------------------------------------------------
+
+def node_labels(info: dict | None, components: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The labels the cluster roles own on a node: presence, deploy gates of the enabled components, MIG capability.
+
+    A node without GPUs gets `nvidia.com/gpu.present=false` and no deploy labels. `mig-manager` is
+    deployed only where a GPU can do MIG.
+    """
+    if gpu_count(info) == 0:
+        return {LABEL_PRESENT: "false"}
+    labels = {LABEL_PRESENT: "true", LABEL_MIG_CAPABLE: "true" if mig_capable(info) else "false"}
+    for component in components:
+        if component == "mig-manager" and not mig_capable(info):
+            continue
+        labels[DEPLOY_PREFIX + component] = "true"
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------------
+# Device plugin configs
+# ---------------------------------------------------------------------------------------------------
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _sharing_block(config: dict) -> tuple[str, dict | None]:
+    """The device plugin's choice: `mps` when present (it is then the only replicated block), else time-slicing."""
+    sharing = config.get("sharing") or {}
+    if sharing.get("mps") is not None:
+        return "mps", sharing["mps"]
+    if sharing.get("timeSlicing") is not None:
+        return "time-slicing", sharing["timeSlicing"]
+    return "none", None
+
+
+def resource_name(name: str) -> str:
+    return name if name.startswith("nvidia.com/") else "nvidia.com/" + name
+
+
+def replicated(config: dict) -> tuple[str, dict[str, tuple[int, str]]]:
+    """(strategy, {resource: (replicas, advertised name)}) of a valid config."""
+    strategy, block = _sharing_block(config)
+    if block is None:
+        return "none", {}
+    rename = bool(block.get("renameByDefault"))
+    out = {}
+    for res in block.get("resources") or []:
+        name = resource_name(str(res["name"]))
+        out[name] = (int(res["replicas"]), name + ".shared" if rename else name)
+    return strategy, out
+
+
+def _check_devices(where: str, devices: object) -> list[str]:
+    if devices is None or devices == "all":
+        return []
+    if _is_int(devices):
+        return [] if devices > 0 else [f"{where}.devices: {devices!r} must be a count above 0, 'all' or a list"]
+    if isinstance(devices, list):
+        bad = [d for d in devices if not (_is_int(d) or (isinstance(d, str) and re.match(r"^(\d+(:\d+)?|GPU-.+|MIG-.+)$", d)))]
+        return [f"{where}.devices: {bad!r} are not GPU indexes, <gpu>:<mig> indexes or GPU/MIG UUIDs"] if bad else []
+    return [f"{where}.devices: {devices!r} must be 'all', a count or a list of GPUs"]
+
+
+def check_plugin_config(var: str, name: str, config: object, mig_strategy: str) -> list[str]:
+    """One named device plugin config, checked as the device plugin checks its config file."""
+    where = f"{var}[{name!r}]"
+    errors: list[str] = []
+    if not _CONFIG_KEY.match(str(name)) or len(str(name)) > 63:
+        errors.append(f"{var}: config name {name!r} must be a ConfigMap key and a label value ([-._a-zA-Z0-9], at most 63)")
+    if not isinstance(config, dict):
+        return [*errors, f"{where}: must be a device plugin config (a mapping with version, flags, sharing), got {config!r}"]
+    unknown = sorted(set(config) - {"version", "flags", "resources", "sharing", "imex"})
+    if unknown:
+        errors.append(f"{where}: unknown key(s) {unknown}; accepted: version, flags, resources, sharing, imex")
+    if config.get("version", "v1") not in ("v1", "", None):
+        errors.append(f"{where}.version: {config['version']!r} is not a config version the device plugin reads (v1)")
+    flags = config.get("flags") or {}
+    if not isinstance(flags, dict):
+        errors.append(f"{where}.flags: must be a mapping, got {flags!r}")
+        flags = {}
+    config_mig = flags.get("migStrategy")
+    if config_mig is not None and config_mig not in MIG_STRATEGIES:
+        errors.append(f"{where}.flags.migStrategy: {config_mig!r} is not one of {', '.join(MIG_STRATEGIES)}")
+    elif config_mig is not None and config_mig != mig_strategy:
+        errors.append(f"{where}.flags.migStrategy: {config_mig!r} differs from gpuops_device_plugin_mig_strategy "
+                      f"{mig_strategy!r}, which the DaemonSet passes as MIG_STRATEGY and which wins over the file")
+    sharing = config.get("sharing") or {}
+    if not isinstance(sharing, dict):
+        return [*errors, f"{where}.sharing: must be a mapping with timeSlicing or mps, got {sharing!r}"]
+    unknown = sorted(set(sharing) - {"timeSlicing", "mps"})
+    if unknown:
+        errors.append(f"{where}.sharing: unknown key(s) {unknown}; accepted: timeSlicing, mps")
+    if sharing.get("timeSlicing") is not None and sharing.get("mps") is not None:
+        errors.append(f"{where}.sharing: timeSlicing and mps are mutually exclusive in the device plugin; keep one")
+    for key in ("timeSlicing", "mps"):
+        block = sharing.get(key)
+        if block is None:
+            continue
+        bwhere = f"{where}.sharing.{key}"
+        if not isinstance(block, dict):
+            errors.append(f"{bwhere}: must be a mapping with resources, got {block!r}")
+            continue
+        unknown = sorted(set(block) - {"renameByDefault", "failRequestsGreaterThanOne", "resources"})
+        if unknown:
+            errors.append(f"{bwhere}: unknown key(s) {unknown}; accepted: renameByDefault, failRequestsGreaterThanOne, resources")
+        for flag in ("renameByDefault", "failRequestsGreaterThanOne"):
+            if flag in block and not isinstance(block[flag], bool):
+                errors.append(f"{bwhere}.{flag}: {block[flag]!r} must be a boolean (true or false)")
+        resources = block.get("resources")
+        if not isinstance(resources, list) or not resources:
+            errors.append(f"{bwhere}.resources: no resources specified; give a list of {{name, replicas}}")
+            continue
+        for i, res in enumerate(resources):
+            rwhere = f"{bwhere}.resources[{i}]"
+            if not isinstance(res, dict):
+                errors.append(f"{rwhere}: must be a mapping with name and replicas, got {res!r}")
+                continue
+            unknown = sorted(set(res) - {"name", "rename", "devices", "replicas"})
+            if unknown:
+                errors.append(f"{rwhere}: unknown key(s) {unknown}; accepted: name, rename, devices, replicas")
+            name_ok = isinstance(res.get("name"), str) and re.match(r"^(nvidia\.com/)?(gpu|mig-.+)$", res["name"])
+            if not name_ok:
+                errors.append(f"{rwhere}.name: {res.get('name')!r} must be nvidia.com/gpu or nvidia.com/mig-<profile>")
+            replicas = res.get("replicas")
+            if not _is_int(replicas) or replicas < 2:
+                errors.append(f"{rwhere}.replicas: {replicas!r} is not accepted; the number of replicas must be an integer >= 2")
+            errors.extend(_check_devices(rwhere, res.get("devices")))
+        if key == "mps" and mig_strategy == "mixed":
+            errors.append(f"{bwhere}: MPS is not supported with MIG strategy mixed "
+                          "(gpuops_device_plugin_mig_strategy: mixed); use none or single, or time-slicing")
+        if key == "mps" and any(isinstance(r, dict) and str(r.get("name", "")).rsplit("/", maxsplit=1)[-1].startswith("mig-")
+                                for r in resources):
+            errors.append(f"{bwhere}.resources: MPS cannot share MIG devices (nvidia.com/mig-*)")
+    return errors
+
+
+def check_plugin_configs(var: str, configs: object, default: str, mig_strategy: str) -> list[str]:
+    if mig_strategy not in MIG_STRATEGIES:
+        return [f"gpuops_device_plugin_mig_strategy: {mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"]
+    if not isinstance(configs, dict):
+        return [f"{var}: must be a mapping of config name to device plugin config, got {configs!r}"]
+    errors = []
+    for name, config in configs.items():
+        errors.extend(check_plugin_config(var, str(name), config, mig_strategy))
+    if default and default not in configs:
+        errors.append(f"gpuops_device_plugin_default_config: {default!r} is not a config of {var} "
+                      f"(known: {', '.join(sorted(configs)) or 'none'})")
+    return errors
+
+
+def check_node_plugin_configs(selection: dict[str, str | None], configs: dict, infos: dict[str, dict]) -> list[str]:
+    """Each node's chosen config exists, and an MPS config is not chosen for a node with a GPU in MIG mode."""
+    errors = []
+    for node, name in sorted(selection.items()):
+        if not name:
+            continue
+        if name not in configs:
+            errors.append(f"gpuops_device_plugin_config on {node}: {name!r} names no config of gpuops_device_plugin_configs "
+                          f"(known: {', '.join(sorted(configs)) or 'none'})")
+            continue
+        strategy, _res = replicated(configs[name])
+        if strategy == "mps" and any((g.get("mig") or {}).get("current") for g in nvml_gpus(infos.get(node))):
+            errors.append(f"gpuops_device_plugin_config on {node}: {name!r} uses MPS, which the device plugin "
+                          "refuses on a node whose GPUs are in MIG mode")
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------------
+# Expected allocatable
+# ---------------------------------------------------------------------------------------------------
+
+def advertised(info: dict | None, mig_strategy: str, config: dict | None = None) -> dict[str, int]:
+    """The extended resources the device plugin advertises on a node, sharing included."""
+    gpus = nvml_gpus(info)
+    count = gpu_count(info)
+    if count == 0:
+        return {}
+    mig = [list((g.get("mig") or {}).get("devices") or []) for g in gpus if (g.get("mig") or {}).get("current")]
+    full = count - len(mig)
+    if mig_strategy == "none" or not mig:
+        base = {"nvidia.com/gpu": count}
+    elif mig_strategy == "single":
+        names = {d["profile"] for devs in mig for d in devs}
+        base = {} if full or len(names) != 1 or any(not devs for devs in mig) else {"nvidia.com/gpu": sum(map(len, mig))}
+    else:
+        base = {"nvidia.com/gpu": full} if full else {}
+        for devs in mig:
+            for dev in devs:
+                key = "nvidia.com/mig-" + dev["profile"].replace("+", ".")
+                base[key] = base.get(key, 0) + 1
+    _strategy, shared = replicated(config or {})
+    out: dict[str, int] = {}
+    for name, value in base.items():
+        replicas, advertised_as = shared.get(name, (1, name))
+        out[advertised_as] = out.get(advertised_as, 0) + value * replicas
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# MIG: mig-parted configs
+# ---------------------------------------------------------------------------------------------------
+
+def _fits(table: dict[str, dict], wanted: dict[str, int]) -> bool:
+    """Whether the GPU instances can be placed together on one GPU.
+
+    The GPU has C compute slices (the largest profile's) over M memory slices (its span). A profile
+    spanning s memory slices starts at a multiple of s, within M, and its compute slices stay within C:
+    the placements `nvidia-smi mig -lgipp` lists (on a 7-slice GPU: 1g at 0..6, 2g at 0/2/4, 3g at 0/4,
+    4g and 7g at 0, the double-memory 1g at 0/2/4/6).
+    """
+    if not table:
+        return False
+    top = max(table.values(), key=lambda p: (p["slices"], p["size"]))
+    compute, memory = top["slices"], top["size"]
+    items = sorted([item for n, c in wanted.items() for item in [(table[n]["size"], table[n]["slices"])] * c], reverse=True)
+
+    def place(i: int, used: int) -> bool:
+        if i == len(items):
+            return True
+        size, slices = items[i]
+        for start in range(0, memory, size):
+            mask = ((1 << size) - 1) << start
+            if start + size <= memory and start + slices <= compute and not used & mask and place(i + 1, used | mask):
+                return True
+        return False
+
+    return place(0, 0)
+
+
+def entry_applies(entry: object, key: str) -> bool:
+    """Whether a mig-parted entry applies to a model: no device filter, or one naming its 0x<DEVICE><VENDOR>."""
+    filters = entry.get("device-filter") if isinstance(entry, dict) else None
+    filters = [filters] if isinstance(filters, str) else list(filters or [])
+    return not filters or key.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}
+
+
+def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[str]:
+    """One entry of a mig-parted config, against every model it applies to."""
+    if not isinstance(entry, dict):
+        return [f"{where}: must be a mapping with devices, mig-enabled and mig-devices, got {entry!r}"]
+    errors = []
+    unknown = sorted(set(entry) - {"device-filter", "devices", "mig-enabled", "mig-devices"})
+    if unknown:
+        errors.append(f"{where}: unexpected field(s) {unknown}; accepted: device-filter, devices, mig-enabled, mig-devices")
+    devices = entry.get("devices")
+    if not (devices == "all" or (isinstance(devices, list) and devices and all(_is_int(d) and d >= 0 for d in devices))):
+        errors.append(f"{where}.devices: {devices!r} must be 'all' or a list of GPU indexes")
+    enabled = entry.get("mig-enabled")
+    if not isinstance(enabled, bool):
+        errors.append(f"{where}.mig-enabled: {enabled!r} must be true or false")
+    wanted = entry.get("mig-devices") or {}
+    if not isinstance(wanted, dict):
+        return [*errors, f"{where}.mig-devices: must be a mapping of MIG profile to count, got {wanted!r}"]
+    if enabled is False and wanted:
+        errors.append(f"{where}.mig-devices: must be empty when mig-enabled is false")
+    if enabled is True and "mig-devices" not in entry:
+        errors.append(f"{where}.mig-devices: required when mig-enabled is true (use {{}} for no devices)")
+    for name, count in wanted.items():
+        if not _MIG_PROFILE.match(str(name)):
+            errors.append(f"{where}.mig-devices: {name!r} is not a MIG profile name such as 1g.10gb or 1g.10gb+me")
+        if not _is_int(count) or count < 0:
+            errors.append(f"{where}.mig-devices[{name!r}]: {count!r} must be a count >= 0")
+    if wanted and all(_is_int(c) and c == 0 for c in wanted.values()):
+        errors.append(f"{where}.mig-devices: every count is 0; give at least one device or use mig-devices: {{}}")
+    if errors or not wanted:
+        return errors
+    for key in [k for k in models if entry_applies(entry, k)]:
+        model = models[key]
+        table = model["profiles"]
+        label = f"{model['name']} ({key})"
+        if not table:
+            errors.append(f"{where}: the MIG profiles of {label} are unknown (its node's NVML did not list them); "
+                          "load the driver before configuring MIG on it")
+            continue
+        missing = [n for n in wanted if n not in table]
+        if missing:
+            errors.append(f"{where}.mig-devices: {', '.join(missing)} is not a MIG profile {label} can host; "
+                          f"it offers {', '.join(sorted(table))}")
+            continue
+        over = [f"{wanted[n]} x {n} (at most {table[n]['max']})" for n in wanted if wanted[n] > table[n]["max"]]
+        if over:
+            errors.append(f"{where}.mig-devices: {', '.join(over)} on {label}")
+        elif not _fits(table, {n: c for n, c in wanted.items() if c}):
+            layout = " + ".join(f"{c} x {n}" for n, c in wanted.items() if c)
+            errors.append(f"{where}.mig-devices: {layout} do not fit together on one {label} (its slices cannot hold them all)")
+    return errors
+
+
+def check_mig_configs(var: str, configs: object, models: dict[str, dict]) -> list[str]:
+    if not isinstance(configs, dict):
+        return [f"{var}: must be a mapping of config name to a list of entries, got {configs!r}"]
+    errors = []
+    for name, entries in configs.items():
+        if not _CONFIG_KEY.match(str(name)) or len(str(name)) > 63:
+            errors.append(f"{var}: config name {name!r} must be a label value ([-._a-zA-Z0-9], at most 63)")
+        if not isinstance(entries, list) or not entries:
+            errors.append(f"{var}[{name!r}]: must be a list of at least one entry, got {entries!r}")
+            continue
+        for i, entry in enumerate(entries):
+            errors.extend(check_mig_entry(f"{var}[{name!r}][{i}]", entry, models))
+    return errors
+
+
+def _base(name: str) -> bool:
+    return "+" not in name and "-me" not in name and "c." not in name
+
+
+def generated_mig_configs(models: dict[str, dict]) -> dict[str, list[dict]]:
+    """all-disabled, all-enabled, all-<profile> at its maximum count and all-balanced, per model present.
+
+    With more than one model in the cluster, each model's entries carry its device filter.
+    """
+    configs: dict[str, list[dict]] = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    }
+    several = len(models) > 1
+    for key in sorted(models):
+        table = models[key]["profiles"]
+        head = {"device-filter": key} if several else {}
+        for name in sorted(table, key=lambda n: (table[n]["slices"], table[n]["size"], n)):
+            configs.setdefault("all-" + name.replace("+", "."), []).append(
+                {**head, "devices": "all", "mig-enabled": True, "mig-devices": {name: table[name]["max"]}})
+        if not table:
+            continue
+        compute = max(p["slices"] for p in table.values())
+        plan = {1: 2, 2: 1, 3: 1} if compute >= 7 else {1: 2, 2: 1}
+        balanced = {}
+        for slices, count in plan.items():
+            candidates = [n for n, p in table.items() if p["slices"] == slices and _base(n)]
+            if candidates:
+                best = max(candidates, key=lambda n: (table[n]["max"], -table[n]["size"]))
+                balanced[best] = count
+        if balanced and _fits(table, balanced):
+            configs.setdefault("all-balanced", []).append({**head, "devices": "all", "mig-enabled": True, "mig-devices": balanced})
+    return configs
+
+
+def mig_parted_config(models: dict[str, dict], custom: dict | None) -> dict:
+    configs = generated_mig_configs(models)
+    configs.update(custom or {})
+    return {"version": "v1", "mig-configs": configs}
+
+
+def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node_models: dict[str, list[str]]) -> list[str]:
+    """Each MIG-capable node's chosen config exists and has an entry for its GPUs."""
+    errors = []
+    for node, name in sorted(selection.items()):
+        if not name:
+            continue
+        entries = configs.get(name)
+        if entries is None:
+            errors.append(f"gpuops_mig_manager_config on {node}: {name!r} is not a MIG config "
+                          f"(known: {', '.join(sorted(configs))})")
+            continue
+        for key in node_models.get(node, []):
+            if not any(entry_applies(e, key) for e in entries):
+                errors.append(f"gpuops_mig_manager_config on {node}: {name!r} has no entry for the node's GPUs ({key})")
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------------
+# DCGM exporter metrics
+# ---------------------------------------------------------------------------------------------------
+
+def check_metrics_csv(var: str, text: object, extra_fields: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The exporter's collectors file: `# comments`, else `DCGM field, type, help` per line."""
+    if not isinstance(text, str) or not text.strip():
+        return [f"{var}: must be the metrics CSV text (DCGM field, Prometheus type, help per line)"]
+    known = FIELD_NAMES | EXPORTER_FIELDS | set(extra_fields)
+    errors = []
+    records = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        records += 1
+        fields = [f.strip() for f in stripped.split(",")]
+        if len(fields) != 3:
+            errors.append(f"{var} line {number}: {stripped!r} has {len(fields)} field(s); each record is exactly "
+                          "'DCGM field, type, help' (three fields, no comma in the help)")
+            continue
+        name, kind = fields[0], fields[1]
+        if name not in known:
+            close = sorted(n for n in FIELD_NAMES if name.upper().replace("DCGM_FI_", "") in n)[:3]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            errors.append(f"{var} line {number}: {name!r} is not a DCGM field name{hint}; "
+                          "add fields newer than this collection to gpuops_dcgm_exporter_extra_fields")
+        if kind not in METRIC_TYPES:
+            errors.append(f"{var} line {number}: type {kind!r} of {name} is not one of {', '.join(METRIC_TYPES)}")
+    if not records and not errors:
+        errors.append(f"{var}: has no metric records, only comments")
+    return errors

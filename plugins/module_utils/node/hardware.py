@@ -1,0 +1,162 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read a node's NVIDIA hardware and kernel state from sysfs and procfs, with no driver needed.
+
+Every function takes the root under which `sys/` and `proc/` are read ("/" on a server), so the
+same code reads a server, an image being built, or the lab's simulated hardware tree.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import (
+    CLASS_BRIDGE_OTHER,
+    GPU_CLASSES,
+    MELLANOX_VENDOR,
+    NICS,
+    NVIDIA_VENDOR,
+    NVSWITCHES,
+    lookup_gpu,
+)
+
+SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nvidia_fs")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def _hex(value: str | None) -> str | None:
+    """'0x10de\\n' -> '10de'."""
+    if not value:
+        return None
+    value = value.lower()
+    return value[2:] if value.startswith("0x") else value
+
+
+def read_pci_device(device_dir: str) -> dict[str, object] | None:
+    """One PCI function from its sysfs directory; None when it is not NVIDIA or Mellanox."""
+    vendor = _hex(_read(os.path.join(device_dir, "vendor")))
+    if vendor not in (NVIDIA_VENDOR, MELLANOX_VENDOR):
+        return None
+    pci_class = (_hex(_read(os.path.join(device_dir, "class"))) or "").rjust(6, "0")[:4]
+    numa = _read(os.path.join(device_dir, "numa_node"))
+    try:
+        numa_node: int | None = int(numa) if numa is not None else None
+    except ValueError:
+        numa_node = None
+    if numa_node is not None and numa_node < 0:
+        numa_node = None
+    driver_link = os.path.join(device_dir, "driver")
+    driver = os.path.basename(os.readlink(driver_link)) if os.path.islink(driver_link) else None
+    return {
+        "bus_id": os.path.basename(device_dir),
+        "vendor_id": vendor,
+        "device_id": _hex(_read(os.path.join(device_dir, "device"))),
+        "subsystem_vendor_id": _hex(_read(os.path.join(device_dir, "subsystem_vendor"))),
+        "subsystem_device_id": _hex(_read(os.path.join(device_dir, "subsystem_device"))),
+        "class": pci_class,
+        "numa_node": numa_node,
+        "driver": driver,
+    }
+
+
+def read_pci(root: str) -> dict[str, list[dict[str, object]]]:
+    """NVIDIA GPUs, NVSwitches and NVIDIA networking devices on the PCI bus, in bus order."""
+    devices_dir = os.path.join(root, "sys/bus/pci/devices")
+    result: dict[str, list[dict[str, object]]] = {"gpus": [], "nvswitches": [], "network": []}
+    try:
+        entries = sorted(os.listdir(devices_dir))
+    except OSError:
+        return result
+    for entry in entries:
+        dev = read_pci_device(os.path.join(devices_dir, entry))
+        if dev is None:
+            continue
+        device_id = str(dev["device_id"])
+        if dev["vendor_id"] == MELLANOX_VENDOR:
+            dev["family"] = NICS.get(device_id, "unknown")
+            result["network"].append(dev)
+        elif dev["class"] in GPU_CLASSES:
+            dev.update(lookup_gpu(device_id))
+            result["gpus"].append(dev)
+        elif dev["class"] == CLASS_BRIDGE_OTHER or device_id in NVSWITCHES:
+            dev["name"] = NVSWITCHES.get(device_id, "unknown NVSwitch")
+            result["nvswitches"].append(dev)
+        # Other NVIDIA functions (the GPU's HDMI audio, USB-C controller) are not reported.
+    return result
+
+
+def read_loaded_modules(root: str) -> list[str]:
+    """Names of the loaded kernel modules, from proc/modules."""
+    text = _read(os.path.join(root, "proc/modules")) or ""
+    return [line.split()[0] for line in text.splitlines() if line.strip()]
+
+
+def nvidia_module_flavour(root: str) -> str | None:
+    """'open' or 'proprietary' for the loaded nvidia module, None when none is loaded."""
+    text = _read(os.path.join(root, "proc/driver/nvidia/version"))
+    if not text:
+        return None
+    return "open" if "Open Kernel Module" in text else "proprietary"
+
+
+def secure_boot_state(root: str) -> str:
+    """'enabled', 'disabled', 'not_efi' (legacy boot), or 'unknown' (EFI, variable unreadable)."""
+    if not os.path.isdir(os.path.join(root, "sys/firmware/efi")):
+        return "not_efi"
+    try:
+        with open(os.path.join(root, SECURE_BOOT_VAR), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return "unknown"
+    # efivarfs: four bytes of attributes, then the value.
+    if len(data) < 5:
+        return "unknown"
+    return "enabled" if data[4] == 1 else "disabled"
+
+
+def kernel_state(root: str, filesystem_root: str = "/") -> dict[str, object]:
+    """The running kernel (procfs under root), the kernels installed, and whether the running one's headers are."""
+    modules_dir = os.path.join(filesystem_root, "lib/modules")
+    try:
+        installed = sorted(os.listdir(modules_dir))
+    except OSError:
+        installed = []
+    running = _read(os.path.join(root, "proc/sys/kernel/osrelease"))
+    headers = bool(running) and os.path.isdir(os.path.join(modules_dir, str(running), "build"))
+    return {"running": running, "installed": installed, "headers_installed": headers}
+
+
+def is_image_build(filesystem_root: str = "/") -> bool:
+    """True in a chroot or an image build: / is not init's root, or systemd is not running."""
+    try:
+        own = os.stat(filesystem_root)
+        init = os.stat("/proc/1/root/.")
+    except OSError:
+        # No procfs, or init's root cannot be read: not a booted host.
+        return True
+    if (own.st_dev, own.st_ino) != (init.st_dev, init.st_ino):
+        return True
+    return not os.path.isdir(os.path.join(filesystem_root, "run/systemd/system"))
+
+
+def node_state(root: str) -> dict[str, object]:
+    """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
+    loaded = read_loaded_modules(root)
+    return {
+        "modules": {
+            "nouveau": "nouveau" in loaded,
+            "nvidia": [m for m in NVIDIA_MODULES if m in loaded],
+            "flavour": nvidia_module_flavour(root),
+        },
+        "secure_boot": secure_boot_state(root),
+        "kernel": kernel_state(root),
+        "image_build": is_image_build(),
+    }

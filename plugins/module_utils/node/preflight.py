@@ -1,0 +1,127 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The preflight's findings: what will block the install, each with its fix. Pure, no I/O."""
+
+from __future__ import annotations
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import resolve_method
+
+# (distribution as Ansible names it, major version) the collection installs on.
+SUPPORTED = {
+    ("Ubuntu", "22"), ("Ubuntu", "24"), ("Debian", "12"),
+    ("RedHat", "8"), ("RedHat", "9"), ("RedHat", "10"),
+    ("Rocky", "8"), ("Rocky", "9"), ("Rocky", "10"),
+    ("AlmaLinux", "8"), ("AlmaLinux", "9"), ("AlmaLinux", "10"),
+}
+DRIVER_METHODS = ("auto", "precompiled", "dkms", "containerized", "none")
+# Install methods whose kernel modules are built on the node and so are not signed for Secure Boot.
+UNSIGNED_METHODS = ("dkms",)
+
+
+def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
+    return {"id": fid, "severity": severity, "message": message, "fix": fix}
+
+
+def findings(gpu_info: dict, distribution: str, major_version: str, settings: dict) -> list[dict[str, str]]:
+    """Blockers (the install would fail or the node would not work) and warnings, in a stable order.
+
+    settings: driver_method (auto, precompiled, dkms, containerized, none), driver_repository (distro, cuda),
+    fabricmanager_enabled (bool), nouveau_managed (bool: the nouveau role runs before the driver).
+    """
+    method = settings.get("driver_method", "auto")
+    if method not in DRIVER_METHODS:
+        raise ValueError(f"driver method {method!r} is not one of {', '.join(DRIVER_METHODS)}")
+    method = resolve_method(distribution, settings.get("driver_repository", "distro"), method)
+    found = []
+    pci, node, derived = gpu_info["pci"], gpu_info["node"], gpu_info["derived"]
+    if (distribution, str(major_version)) not in SUPPORTED:
+        found.append(_finding(
+            "unsupported_distribution", "blocker",
+            f"{distribution} {major_version} is not a distribution the collection installs on",
+            "use Ubuntu 22.04/24.04, Debian 12 or RHEL/Rocky/Alma 8-10",
+        ))
+    if not pci["gpus"]:
+        found.append(_finding("no_gpu", "warning", "no NVIDIA GPU on the PCI bus: nothing to install",
+                              "leave the host out of gpu_nodes, or check that the GPUs are seated and enabled in the BIOS"))
+        return found
+    if node["modules"]["nouveau"] and method != "none":
+        bound = [g["bus_id"] for g in pci["gpus"] if g.get("driver") == "nouveau"]
+        managed = settings.get("nouveau_managed", False)
+        found.append(_finding(
+            "nouveau_loaded", "warning" if managed else "blocker",
+            "the nouveau module is loaded" + (f" and bound to {', '.join(bound)}" if bound else ""),
+            "the gpuops.nvidia.nouveau role that follows blacklists it and rebuilds the initramfs; the NVIDIA "
+            "driver loads after a reboot (gpuops_nouveau_reboot: true reboots)" if managed else
+            "run the gpuops.nvidia.nouveau role (blacklist, rebuild the initramfs) and reboot",
+        ))
+    if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms"):
+        found.append(_finding("mixed_module_types", "blocker", derived["kernel_module_type"]["error"],
+                              "put GPUs that need different kernel module types in different nodes"))
+    if node["secure_boot"] == "enabled" and method in UNSIGNED_METHODS:
+        found.append(_finding(
+            "secure_boot_unsigned", "blocker",
+            f"Secure Boot is on and the {method} method builds kernel modules that are not signed",
+            "use the precompiled, signed modules (gpuops_driver_method: precompiled) or enrol a MOK and sign DKMS modules",
+        ))
+    if method == "dkms" and not node["kernel"]["headers_installed"]:
+        found.append(_finding(
+            "kernel_headers_missing", "warning",
+            f"DKMS needs the headers of the kernel it builds for ({node['kernel']['running']} is running), "
+            "and they are not installed",
+            "the driver role installs the headers of the kernel it installs for; without the role, install them "
+            "or use the precompiled method",
+        ))
+    loaded, recommended = node["modules"]["flavour"], derived["kernel_module_type"]["type"]
+    if loaded and recommended and loaded != recommended and method in ("precompiled", "dkms"):
+        found.append(_finding(
+            "module_type_differs", "warning",
+            f"the loaded nvidia kernel modules are {loaded}; the GPUs' recommended type is {recommended} "
+            f"({derived['kernel_module_type']['reason']})",
+            f"the driver role installs the {recommended} modules, which take effect after a reboot; "
+            f"to keep the {loaded} ones set gpuops_driver_kernel_module_type: {loaded}",
+        ))
+    fm = derived["fabric_manager"]
+    if fm["required"] and not settings.get("fabricmanager_enabled", True) and method != "containerized":
+        found.append(_finding(
+            "fabric_manager_disabled", "blocker",
+            f"Fabric Manager is required ({fm['reason']}) but disabled: CUDA fails with 'system not yet initialized'",
+            "set gpuops_preflight_fabricmanager_enabled: true (the fabricmanager role installs it pinned to the driver)",
+        ))
+    if gpu_info["nvml"]["status"] == "binding_missing":
+        found.append(_finding("nvml_binding_missing", "warning",
+                              "the NVML Python binding is not installed: only the PCI view was read",
+                              "none needed before the driver is installed (the binding depends on the driver's NVML library); "
+                              "afterwards python3-pynvml comes from Ubuntu universe/multiverse or Debian contrib"))
+    return found
+
+
+def report_lines(host: str, gpu_info: dict, found: list[dict[str, str]]) -> list[str]:
+    """A readable report: what is there, what the collection will do, what blocks it and the fix."""
+    pci, nvml, derived = gpu_info["pci"], gpu_info["nvml"], gpu_info["derived"]
+    lines = [f"== {host} =="]
+    if pci["gpus"]:
+        models = {}
+        for g in pci["gpus"]:
+            label = g.get("name") or f"unknown GPU {g['device_id']}"
+            models[label] = models.get(label, 0) + 1
+        lines.append("GPUs: " + ", ".join(f"{n}x {m}" for m, n in models.items())
+                     + f" ({', '.join(gpu_info['summary']['architectures'])})")
+    else:
+        lines.append("GPUs: none")
+    lines.append(f"NVSwitches: {len(pci['nvswitches'])}; NVIDIA NICs: {len(pci['network'])}")
+    driver = f"loaded, {nvml['driver_version']} (CUDA {nvml['cuda_driver_version']})" if nvml["status"] == "ok" else nvml["status"]
+    lines.append(f"Driver: {driver}; Secure Boot: {gpu_info['node']['secure_boot']}")
+    kmt = derived["kernel_module_type"]
+    if kmt["type"]:
+        lines.append(f"Will use: {kmt['type']} kernel modules ({kmt['reason']})")
+    lines.append(f"Fabric Manager: {'required' if derived['fabric_manager']['required'] else 'not needed'} "
+                 f"({derived['fabric_manager']['reason']})")
+    blockers = [f for f in found if f["severity"] == "blocker"]
+    warnings = [f for f in found if f["severity"] == "warning"]
+    for f in blockers:
+        lines.append(f"BLOCKER {f['id']}: {f['message']}. Fix: {f['fix']}")
+    for f in warnings:
+        lines.append(f"warning {f['id']}: {f['message']}. Fix: {f['fix']}")
+    if not blockers:
+        lines.append("Nothing blocks the install.")
+    return lines

@@ -1,0 +1,202 @@
+"""playbooks/cluster.yml against the lab cluster, checked on the API server, never on the playbook's output.
+
+The GPU hosts are KWOK nodes without machines: each host's gpuops_gpu_info is what gpu_info reads from its
+profile's simulated hardware (lab/facts.py), so every task on the hosts is skipped and the roles run
+from the controller as they do in production. In order, on one fresh cluster: check mode creates nothing;
+bad input fails before anything is applied, naming the variable; a run deploys everything where it belongs,
+the simulated device plugin brings each node's capacity (16 on the L40S node with time-slicing x4) and the
+validation role passes; a second run changes nothing. On a thousand nodes, cluster.yml takes under 5 minutes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab.cluster import scale_nodes
+from lab.facts import cluster_inventory
+from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab
+
+NODES = (("r-h100", "hgx-h100"), ("r-a100", "a100-pcie-mig"), ("r-l40s", "l40s"), ("r-cpu", "no-gpu"))
+TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+NS = "gpu-operator"
+
+
+def playbook(inventory: Path, *args: str, extra: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+           "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_STDOUT_CALLBACK": "default",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml", "ANSIBLE_FORKS": "50", "ANSIBLE_HOST_KEY_CHECKING": "false"}
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks/cluster.yml"), *args]
+    if extra:
+        extra_file = inventory.with_name(f"extra-{abs(hash(json.dumps(extra, sort_keys=True)))}.json")
+        extra_file.write_text(json.dumps(extra))
+        cmd += ["-e", f"@{extra_file}"]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+def recap(out: str) -> dict[str, dict[str, int]]:
+    rows = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M)
+    return {h: {"ok": int(o), "changed": int(c), "failed": int(f)} for h, o, c, _u, f in rows}
+
+
+def get(kubeconfig: Path, *args: str) -> dict:
+    return json.loads(kubectl(kubeconfig, "get", *args, "-o", "json").stdout)
+
+
+def nvidia_labels(kubeconfig: Path) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: {k: v for k, v in n["metadata"].get("labels", {}).items() if k.startswith("nvidia.com/")}
+            for n in get(kubeconfig, "nodes")["items"]}
+
+
+@pytest.fixture(scope="module")
+def lab_cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("roles")
+    lab(state, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in NODES])
+    kubeconfig = state / "cluster/kubeconfig"
+    inventory = state / "inventory.json"
+    inventory.write_text(json.dumps(cluster_inventory(
+        list(NODES),
+        {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"ts-4": TS4},
+         "gpuops_validation_timeout": 120},
+        {"r-l40s": {"gpuops_device_plugin_config": "ts-4"}, "r-a100": {"gpuops_mig_manager_config": "all-balanced"}})))
+    yield kubeconfig, inventory
+    lab(state, "cluster", "down")
+
+
+def test_check_mode_on_a_fresh_cluster_creates_nothing(lab_cluster):
+    kubeconfig, inventory = lab_cluster
+    res = playbook(inventory, "--check", "--diff")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "would create with namespace gpu-operator" in res.stdout
+    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
+    assert get(kubeconfig, "runtimeclasses")["items"] == []
+    assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
+
+
+def _sharing(kind: str, replicas: int) -> dict:
+    return {"sharing": {kind: {"resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}}
+
+
+def _mig(devices: dict, **entry) -> dict:
+    return {"gpuops_mig_manager_configs": {"custom": [{**entry, "devices": "all", "mig-enabled": True, "mig-devices": devices}]}}
+
+
+BAD_INPUT = {
+    "replicas 1": (
+        {"gpuops_device_plugin_configs": {"ts-1": _sharing("timeSlicing", 1)}},
+        "gpuops_device_plugin_configs['ts-1'].sharing.timeSlicing.resources[0].replicas"),
+    "MPS with mixed MIG": (
+        {"gpuops_device_plugin_mig_strategy": "mixed", "gpuops_device_plugin_configs": {"mps-2": _sharing("mps", 2)}},
+        "MPS is not supported with MIG strategy mixed"),
+    "1g.12gb on A100 80GB": (
+        _mig({"1g.12gb": 7}),
+        "gpuops_mig_manager_configs['custom'][0].mig-devices: 1g.12gb is not a MIG profile NVIDIA A100 80GB PCIe"),
+    "8 x 1g.10gb": (_mig({"1g.10gb": 8}, **{"device-filter": "0x20B510DE"}), "8 x 1g.10gb (at most 7)"),
+    "unknown config in a node label": (
+        {"gpuops_device_plugin_config": "no-such-config"},
+        "gpuops_device_plugin_config on r-a100: 'no-such-config' names no config"),
+    "unknown DCGM field": (
+        {"gpuops_dcgm_exporter_metrics": "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\nDCGM_FI_DEV_NO_SUCH_FIELD, gauge, Nothing.\n"},
+        "gpuops_dcgm_exporter_metrics line 2: 'DCGM_FI_DEV_NO_SUCH_FIELD' is not a DCGM field name"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_fails_before_anything_is_applied(lab_cluster, case):
+    kubeconfig, inventory = lab_cluster
+    extra, message = BAD_INPUT[case]
+    res = playbook(inventory, extra=extra)
+    assert res.returncode != 0
+    assert message in res.stdout, res.stdout[-3000:]
+    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
+    assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
+
+
+def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
+    kubeconfig, inventory = lab_cluster
+    res = playbook(inventory)
+    assert res.returncode == 0, res.stdout[-4000:]
+
+    labels = nvidia_labels(kubeconfig)
+    assert labels["r-cpu"] == {"nvidia.com/gpu.present": "false"}
+    for node in ("r-h100", "r-a100", "r-l40s"):
+        assert labels[node]["nvidia.com/gpu.present"] == "true"
+        for component in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
+            assert labels[node][f"nvidia.com/gpu.deploy.{component}"] == "true"
+    assert labels["r-l40s"]["nvidia.com/mig.capable"] == "false" and "nvidia.com/gpu.deploy.mig-manager" not in labels["r-l40s"]
+    assert labels["r-a100"]["nvidia.com/mig.config"] == "all-balanced" and labels["r-h100"]["nvidia.com/mig.config"] == "all-disabled"
+    assert labels["r-l40s"]["nvidia.com/device-plugin.config"] == "ts-4"
+    assert "nvidia.com/mig.config" not in labels["r-l40s"]
+
+    ns = get(kubeconfig, "namespace", NS)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert get(kubeconfig, "runtimeclass", "nvidia")["handler"] == "nvidia"
+
+    want = {"nvidia-device-plugin-daemonset": ("device-plugin", {"r-h100", "r-a100", "r-l40s"}),
+            "gpu-feature-discovery": ("gpu-feature-discovery", {"r-h100", "r-a100", "r-l40s"}),
+            "nvidia-dcgm-exporter": ("dcgm-exporter", {"r-h100", "r-a100", "r-l40s"}),
+            "nvidia-mig-manager": ("mig-manager", {"r-h100", "r-a100"})}
+    pods = get(kubeconfig, "pods", "-n", NS)["items"]
+    for name, (component, nodes) in want.items():
+        ds = get(kubeconfig, "daemonset", "-n", NS, name)
+        assert ds["spec"]["selector"]["matchLabels"] == {"app": name}
+        assert ds["spec"]["template"]["spec"]["nodeSelector"] == {f"nvidia.com/gpu.deploy.{component}": "true"}
+        running = {p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get("app") == name
+                   and p["status"].get("phase") == "Running"}
+        assert running == nodes, name
+
+    data = get(kubeconfig, "configmap", "-n", NS, "nvidia-device-plugin-configs")["data"]
+    assert yaml.safe_load(data["ts-4"]) == {"version": "v1", **TS4}
+    mig = yaml.safe_load(get(kubeconfig, "configmap", "-n", NS, "default-mig-parted-config")["data"]["config.yaml"])
+    assert mig["version"] == "v1"
+    assert {"all-disabled", "all-enabled", "all-balanced", "all-1g.10gb", "all-7g.80gb"} <= set(mig["mig-configs"])
+    assert mig["mig-configs"]["all-balanced"][0]["mig-devices"] == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    metrics = get(kubeconfig, "configmap", "-n", NS, "nvidia-dcgm-exporter-metrics")["data"]["dcgm-metrics.csv"]
+    rows = [r for r in csv.reader(io.StringIO(metrics)) if r and not r[0].startswith("#")]
+    assert rows and all(len(r) == 3 for r in rows)
+    service = get(kubeconfig, "service", "-n", NS, "nvidia-dcgm-exporter")
+    assert service["spec"]["ports"][0]["name"] == "gpu-metrics" and service["spec"]["ports"][0]["port"] == 9400
+
+    def gpus(node):
+        alloc = get(kubeconfig, "node", node)["status"].get("allocatable", {})
+        return {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}
+    assert gpus("r-l40s") == {"nvidia.com/gpu": "16"}
+    assert gpus("r-h100") == {"nvidia.com/gpu": "8"}
+    assert gpus("r-a100") == {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1",
+                              "nvidia.com/mig-3g.40gb": "1"}
+    assert "r-l40s: nvidia.com/gpu=16, smoke test succeeded" in res.stdout
+    assert get(kubeconfig, "jobs", "-n", NS)["items"] == []  # the smoke tests leave nothing behind
+
+    again = playbook(inventory)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
+
+
+def test_a_thousand_nodes_in_under_five_minutes(tmp_path):
+    nodes = [(spec.name, spec.profile) for spec in scale_nodes(1000)]
+    lab(tmp_path, "cluster", "up", "--no-machines", "--nodes", "1000", "--timeout", "240")
+    try:
+        kubeconfig = tmp_path / "cluster/kubeconfig"
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps(cluster_inventory(
+            nodes, {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_validation_timeout": 240})))
+        t0 = time.monotonic()
+        res = playbook(inventory, timeout=600)
+        took = time.monotonic() - t0
+        print(f"cluster.yml on {len(nodes)} nodes: {took:.0f}s", file=sys.stderr)
+        assert res.returncode == 0, res.stdout[-4000:]
+        assert took < 300, f"cluster.yml took {took:.0f}s on a thousand nodes"
+        labelled = [n for n, labels in nvidia_labels(kubeconfig).items() if "nvidia.com/gpu.present" in labels]
+        assert len(labelled) == len(nodes)
+    finally:
+        lab(tmp_path, "cluster", "down")

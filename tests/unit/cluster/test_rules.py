@@ -1,0 +1,191 @@
+"""The cluster side's decisions: node labels, device plugin config rules, expected resources, MIG configs, DCGM CSV.
+
+Facts are gpu_info's structure for real hardware (A100 80GB PCIe with MIG, L40S): the shape the module returns,
+with the NVML profile table the driver reports for the A100.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+from ansible_collections.gpuops.nvidia.plugins.modules.node_labels import plan
+
+A100_PROFILES = (
+    ("1g.10gb", 7, 1, 9728), ("2g.20gb", 3, 2, 19968), ("3g.40gb", 2, 3, 40192), ("4g.40gb", 1, 4, 40192),
+    ("7g.80gb", 1, 7, 80896), ("1g.10gb+me", 1, 1, 9728), ("1g.20gb", 4, 1, 19968),
+)
+A30_PROFILES = (("1g.6gb", 4, 1, 5836), ("1g.6gb+me", 1, 1, 5836), ("2g.12gb", 2, 2, 11672), ("4g.24gb", 1, 4, 23344))
+
+
+def gpu(index, bus, mig_current=False, devices=(), profiles=A100_PROFILES, name="NVIDIA A100 80GB PCIe"):
+    return {"index": index, "bus_id": bus, "name": name,
+            "mig": {"capable": bool(profiles), "current": mig_current,
+                    "profiles": [{"name": n, "instances": m, "slices": s, "memory_mib": mem} for n, m, s, mem in profiles],
+                    "devices": [{"profile": p} for p in devices]}}
+
+
+def info(device_id, gpus, mig=True):
+    return {"summary": {"gpu_count": len(gpus), "mig_capable": mig},
+            "pci": {"gpus": [{"bus_id": g["bus_id"], "device_id": device_id} for g in gpus]},
+            "nvml": {"gpus": gpus}}
+
+
+A100 = info("20b5", [gpu(0, "a", True, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]), gpu(1, "b")])
+L40S = info("26b9", [gpu(i, str(i), profiles=(), name="NVIDIA L40S") for i in range(4)], mig=False)
+CPU = {"summary": {"gpu_count": 0, "mig_capable": None}, "pci": {"gpus": []}, "nvml": {"gpus": []}}
+TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+
+
+def test_node_labels_follow_the_gpus():
+    assert cluster.node_labels(CPU, cluster.COMPONENTS) == {"nvidia.com/gpu.present": "false"}
+    l40s = cluster.node_labels(L40S, ["device-plugin", "mig-manager"])
+    assert l40s == {"nvidia.com/gpu.present": "true", "nvidia.com/mig.capable": "false",
+                    "nvidia.com/gpu.deploy.device-plugin": "true"}
+    assert cluster.node_labels(A100, ["mig-manager"])["nvidia.com/gpu.deploy.mig-manager"] == "true"
+
+
+@pytest.mark.parametrize(("config", "strategy", "fragment"), [
+    ({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}}, "none",
+     "resources[0].replicas: 1 is not accepted"),
+    ({"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": True}]}}}, "none", "replicas: True"),
+    ({"sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}}, "mixed", "MPS is not supported with MIG strategy mixed"),
+    ({"sharing": {"timeSlicing": TS4["sharing"]["timeSlicing"], "mps": TS4["sharing"]["timeSlicing"]}}, "none",
+     "mutually exclusive"),
+    ({"sharing": {"timeSlicing": {"renameByDefault": "yes", "resources": [{"name": "gpu", "replicas": 2}]}}}, "none",
+     "renameByDefault: 'yes' must be a boolean"),
+    ({"sharing": {"timeSlicing": {"failRequestsGreaterThanOne": 1, "resources": [{"name": "gpu", "replicas": 2}]}}}, "none",
+     "failRequestsGreaterThanOne: 1 must be a boolean"),
+    ({"sharing": {"timeSlicing": {"resources": []}}}, "none", "no resources specified"),
+    ({"sharing": {"timeslicing": {}}}, "none", "unknown key(s) ['timeslicing']"),
+    ({"version": "v2"}, "none", "version: 'v2'"),
+    ({"flags": {"migStrategy": "single"}}, "mixed", "differs from gpuops_device_plugin_mig_strategy"),
+    ({"sharing": {"mps": {"resources": [{"name": "mig-1g.10gb", "replicas": 2}]}}}, "single", "MPS cannot share MIG devices"),
+])
+def test_device_plugin_rules(config, strategy, fragment):
+    errors = cluster.check_plugin_configs("gpuops_device_plugin_configs", {"c": config}, "", strategy)
+    assert any(fragment in e for e in errors), errors
+    assert all(e.startswith(("gpuops_device_plugin_configs", "gpuops_device_plugin")) for e in errors)
+
+
+def test_a_good_config_passes_and_the_default_must_exist():
+    assert cluster.check_plugin_configs("v", {"ts-4": TS4}, "ts-4", "mixed") == []
+    assert "gpuops_device_plugin_default_config: 'nope'" in cluster.check_plugin_configs("v", {"ts-4": TS4}, "nope", "none")[0]
+
+
+def test_node_choices_are_checked():
+    mps = {"sharing": {"mps": {"resources": [{"name": "gpu", "replicas": 2}]}}}
+    errors = cluster.check_node_plugin_configs({"a100": "mps-2", "l40s": "nope"}, {"mps-2": mps}, {"a100": A100, "l40s": L40S})
+    assert any("on a100: 'mps-2' uses MPS" in e for e in errors)
+    assert any("on l40s: 'nope' names no config" in e for e in errors)
+    assert cluster.check_node_plugin_configs({"l40s": "mps-2"}, {"mps-2": mps}, {"l40s": L40S}) == []
+
+
+def test_expected_resources_multiply_shared_gpus():
+    assert cluster.advertised(L40S, "mixed", TS4) == {"nvidia.com/gpu": 16}
+    assert cluster.advertised(L40S, "none", None) == {"nvidia.com/gpu": 4}
+    renamed = {"sharing": {"timeSlicing": {"renameByDefault": True, "resources": [{"name": "gpu", "replicas": 2}]}}}
+    assert cluster.advertised(L40S, "none", renamed) == {"nvidia.com/gpu.shared": 8}
+    assert cluster.advertised(A100, "mixed", None) == {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 1,
+                                                       "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2}
+    assert cluster.advertised(A100, "single", None) == {}  # one GPU in MIG mode, one not
+    assert cluster.advertised(CPU, "mixed", TS4) == {}
+
+
+def test_models_come_from_nvml_with_their_memory_span():
+    models = cluster.gpu_models(A100)
+    assert list(models) == ["0x20B510DE"]
+    table = models["0x20B510DE"]["profiles"]
+    assert {n: (p["max"], p["size"]) for n, p in table.items()} == {
+        "1g.10gb": (7, 1), "2g.20gb": (3, 2), "3g.40gb": (2, 4), "4g.40gb": (1, 4), "7g.80gb": (1, 8),
+        "1g.10gb+me": (1, 1), "1g.20gb": (4, 2)}
+
+
+@pytest.mark.parametrize(("devices", "fits"), [
+    ({"1g.10gb": 7}, True), ({"3g.40gb": 2}, True), ({"4g.40gb": 1, "3g.40gb": 1}, True),
+    ({"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}, True), ({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}, True),
+    ({"2g.20gb": 3, "1g.10gb": 1}, True), ({"1g.20gb": 4}, True),
+    ({"2g.20gb": 3, "1g.10gb": 2}, False), ({"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}, False),
+    ({"7g.80gb": 1, "1g.10gb": 1}, False), ({"1g.20gb": 4, "1g.10gb": 1}, False),
+])
+def test_placement_matches_the_known_layouts(devices, fits):
+    assert cluster._fits(cluster.gpu_models(A100)["0x20B510DE"]["profiles"], devices) is fits
+
+
+def test_a_four_slice_gpu():
+    table = cluster.gpu_models(info("20b7", [gpu(0, "a", profiles=A30_PROFILES, name="NVIDIA A30")]))["0x20B710DE"]["profiles"]
+    assert cluster._fits(table, {"2g.12gb": 1, "1g.6gb": 2}) and not cluster._fits(table, {"4g.24gb": 1, "1g.6gb": 1})
+
+
+@pytest.mark.parametrize(("mig_devices", "fragment"), [
+    ({"1g.12gb": 1}, "1g.12gb is not a MIG profile NVIDIA A100 80GB PCIe (0x20B510DE) can host"),
+    ({"1g.10gb": 8}, "8 x 1g.10gb (at most 7)"),
+    ({"2g.20gb": 3, "1g.10gb": 2}, "do not fit together"),
+    ({"1gb": 1}, "'1gb' is not a MIG profile name"),
+    ({"1g.10gb": 0}, "every count is 0"),
+])
+def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
+    models = cluster.gpu_models(A100)
+    errors = cluster.check_mig_configs("gpuops_mig_manager_configs",
+                                       {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": mig_devices}]}, models)
+    assert any(fragment in e for e in errors), errors
+    assert all(e.startswith("gpuops_mig_manager_configs['c'][0]") for e in errors)
+
+
+def test_a_device_filter_limits_the_models_checked():
+    models = {**cluster.gpu_models(A100), "0x233010DE": {"name": "H100", "profiles": {}}}
+    entry = {"device-filter": "0x20B510DE", "devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}
+    assert cluster.check_mig_configs("v", {"c": [entry]}, models) == []
+    assert "are unknown" in cluster.check_mig_configs("v", {"c": [{**entry, "device-filter": None}]}, models)[0]
+
+
+def test_generated_configs_match_nvidia_defaults_for_the_a100():
+    configs = cluster.generated_mig_configs(cluster.gpu_models(A100))
+    assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
+    assert configs["all-balanced"] == [{"devices": "all", "mig-enabled": True,
+                                        "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}]
+    assert configs["all-1g.10gb.me"][0]["mig-devices"] == {"1g.10gb+me": 1}
+    assert configs["all-1g.20gb"][0]["mig-devices"] == {"1g.20gb": 4}
+    both = cluster.generated_mig_configs({**cluster.gpu_models(A100), **cluster.gpu_models(
+        info("20b7", [gpu(0, "x", profiles=A30_PROFILES, name="NVIDIA A30")]))})
+    assert [e["device-filter"] for e in both["all-balanced"]] == ["0x20B510DE", "0x20B710DE"]
+    assert both["all-balanced"][1]["mig-devices"] == {"1g.6gb": 2, "2g.12gb": 1}
+    assert cluster.check_mig_configs("v", both, {**cluster.gpu_models(A100)}) == []
+
+
+def test_node_mig_choice_must_exist_and_cover_the_gpu():
+    configs = cluster.generated_mig_configs(cluster.gpu_models(A100))
+    assert cluster.check_node_mig_configs({"a": "all-balanced"}, configs, {"a": ["0x20B510DE"]}) == []
+    assert "'nope' is not a MIG config" in cluster.check_node_mig_configs({"a": "nope"}, configs, {"a": ["0x20B510DE"]})[0]
+    filtered = {"x": [{"device-filter": "0x233010DE", "devices": "all", "mig-enabled": False}]}
+    assert "has no entry for the node's GPUs" in cluster.check_node_mig_configs({"a": "x"}, filtered, {"a": ["0x20B510DE"]})[0]
+
+
+@pytest.mark.parametrize(("csv", "fragment"), [
+    ("DCGM_FI_DEV_GPU_UTIL, gauge\n", "has 2 field(s)"),
+    ("DCGM_FI_DEV_GPU_UTIL, gauge, GPU, util\n", "has 4 field(s)"),
+    ("DCGM_FI_DEV_GPU_UTILS, gauge, GPU utilization.\n", "'DCGM_FI_DEV_GPU_UTILS' is not a DCGM field name"),
+    ("DCGM_FI_DEV_GPU_UTIL, gage, GPU utilization.\n", "type 'gage'"),
+    ("# only a comment\n", "no metric records"),
+])
+def test_metrics_csv_is_checked(csv, fragment):
+    errors = cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", csv)
+    assert any(fragment in e for e in errors), errors
+
+
+def test_good_metrics_pass_and_extra_fields_are_accepted():
+    csv = ("# c\nDCGM_FI_DEV_SM_CLOCK, gauge, SM clock.\nDCGM_FI_DRIVER_VERSION, label, Driver.\n"
+           "DCGM_FI_PROF_NVLINK_L17_RX_BYTES, counter, x.\nDCGM_FI_DEV_ECC_DBE_AGG_SRM, counter, y.\n"
+           "DCGM_EXP_XID_ERRORS_COUNT, gauge, z.\ndcgm_gpu_temp, gauge, legacy.\n")
+    assert cluster.check_metrics_csv("v", csv) == []
+    assert cluster.check_metrics_csv("v", "DCGM_FI_DEV_NEW_THING, gauge, x.\n", ["DCGM_FI_DEV_NEW_THING"]) == []
+    # Range markers are not fields.
+    assert cluster.check_metrics_csv("v", "DCGM_FI_FIRST_VGPU_FIELD_ID, gauge, x.\n")
+
+
+def test_node_label_plan_patches_only_what_differs_and_keeps_set_values():
+    current = {"n1": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.device-plugin": "false", "x": "1"},
+               "n2": {"nvidia.com/gpu.present": "true"}}
+    wanted = {"n1": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.device-plugin": "true", "x": None},
+              "n2": {"nvidia.com/gpu.present": "true"}, "n3": {"a": "b"}}
+    assert plan(current, wanted, {"nvidia.com/gpu.deploy.device-plugin"}) == {"n1": {"x": None}}
+    assert plan(current, wanted, set()) == {"n1": {"nvidia.com/gpu.deploy.device-plugin": "true", "x": None}}

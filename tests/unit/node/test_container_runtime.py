@@ -1,0 +1,241 @@
+"""The nvidia runtime in containerd's and CRI-O's config: plans from recorded and planted configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomlkit
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
+
+RECORDED = Path(__file__).parent / "recorded"
+PLANTED = Path(__file__).parents[3] / "molecule/runtime/files"
+# `containerd config default`, recorded on the lab machines (Ubuntu 24.04, Debian 12).
+DEFAULT_22 = (RECORDED / "containerd-2.2.1-default.toml").read_text()
+DEFAULT_16 = (RECORDED / "containerd-1.6.20-default.toml").read_text()
+V2 = (PLANTED / "planted-v2.toml").read_text()
+V3 = (PLANTED / "planted-v3.toml").read_text()
+MAIN = "/etc/containerd/config.toml"
+DROP = "/etc/containerd/conf.d/99-nvidia.toml"
+NV = "/usr/bin/nvidia-container-runtime"
+
+
+def data(text: str) -> dict:
+    return cr.plain(tomlkit.parse(text))
+
+
+def plan(version, main_text, defaults=None, **kw):
+    return cr.plan_containerd(version=version, main_path=MAIN, main_text=main_text,
+                              defaults=(lambda: defaults) if defaults else None, **kw)
+
+
+def again(version, first, main_text, defaults=None, **kw):
+    """The plan on the files the first plan wrote: must write nothing."""
+    files = first["files"]
+    return plan(version, files.get(MAIN, main_text), defaults, drop_in_text=files.get(kw.get("drop_in_path", "")), **kw)
+
+
+def runtimes(d: dict, plugin: str) -> dict:
+    return d["plugins"][plugin]["containerd"]["runtimes"]
+
+
+@pytest.mark.parametrize(("version", "text", "plugin"), [((2, 2, 1), V3, cr.CRI_V3_RUNTIME), ((1, 7, 12), V2, cr.CRI_V2),
+                                                         ((2, 2, 1), V2, cr.CRI_V2)])
+def test_in_place_keeps_everything_and_copies_systemd_cgroup(version, text, plugin):
+    p = plan(version, text)
+    new = p["files"][MAIN]
+    before, after = data(text), data(new)
+    nvidia = runtimes(after, plugin)["nvidia"]
+    assert nvidia == {"runtime_type": cr.DEFAULT_RUNTIME_TYPE, "options": {"SystemdCgroup": True, "BinaryName": NV}}
+    assert after["plugins"][plugin]["enable_cdi"] is True
+    # Everything that was there is still there, unchanged, and so are the comments.
+    del runtimes(after, plugin)["nvidia"]
+    del after["plugins"][plugin]["enable_cdi"]
+    assert after == before
+    assert "# Planted by the molecule scenario" in new
+    assert again(version, p, text)["files"] == {}
+
+
+def test_version_2_config_on_containerd_2_is_kept_with_a_warning():
+    p = plan((2, 2, 1), V2)
+    assert p["config_version"] == 2 and p["plugin"] == cr.CRI_V2
+    assert "converts it to version 3" in p["warnings"][0]
+
+
+def test_no_config_takes_options_from_containerd_defaults_without_zero_values():
+    p = plan((2, 2, 1), None, DEFAULT_22)
+    d = data(p["files"][MAIN])
+    assert d["version"] == 3
+    assert runtimes(d, cr.CRI_V3_RUNTIME)["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2", "sandboxer": "podsandbox", "options": {"BinaryName": NV}}
+    assert again((2, 2, 1), p, None, DEFAULT_22)["files"] == {}
+
+
+def test_containerd_16_refuses_cdi_enable_and_configures_without_it_on_auto():
+    with pytest.raises(cr.ConfigError, match=r"cdi: enable needs containerd 1.7 or later; this node has containerd 1.6.20"):
+        plan((1, 6, 20), V2, cdi="enable")
+    p = plan((1, 6, 20), None, DEFAULT_16)
+    d = data(p["files"][MAIN])
+    assert "enable_cdi" not in d["plugins"][cr.CRI_V2]
+    assert runtimes(d, cr.CRI_V2)["nvidia"]["options"]["BinaryName"] == NV
+    assert p["cdi_enabled"] is False and "no CDI support" in p["warnings"][0]
+
+
+def test_drop_in_before_2_1_carries_the_cri_section():
+    p = plan((1, 7, 12), V2, drop_in_path=DROP)
+    main, drop = data(p["files"][MAIN]), data(p["files"][DROP])
+    assert main["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    del main["imports"]
+    assert main == data(V2)
+    section = drop["plugins"][cr.CRI_V2]
+    # containerd 1.x lets this section replace the main file's: it must hold the planted keys too.
+    assert section["registry"]["config_path"] == "/etc/containerd/certs.d"
+    assert set(section["containerd"]["runtimes"]) == {"runc", "crun", "nvidia"}
+    assert section["enable_cdi"] is True
+    assert again((1, 7, 12), p, V2, drop_in_path=DROP)["files"] == {}
+
+
+def test_drop_in_from_2_1_holds_only_our_keys_and_keeps_imports():
+    text = 'version = 3\nimports = ["/etc/containerd/extra/*.toml"]\n' + V3.split("version = 3\n", 1)[1]
+    p = plan((2, 2, 1), text, drop_in_path=DROP, set_as_default=True)
+    drop = data(p["files"][DROP])
+    assert drop == {"version": 3, "plugins": {cr.CRI_V3_RUNTIME: {"enable_cdi": True, "containerd": {
+        "default_runtime_name": "nvidia",
+        "runtimes": {"nvidia": {"runtime_type": cr.DEFAULT_RUNTIME_TYPE, "options": {"SystemdCgroup": True, "BinaryName": NV}}}}}}}
+    assert data(p["files"][MAIN])["imports"] == ["/etc/containerd/extra/*.toml", "/etc/containerd/conf.d/*.toml"]
+    assert again((2, 2, 1), p, text, drop_in_path=DROP, set_as_default=True)["files"] == {}
+
+
+def test_an_import_that_already_covers_the_drop_in_is_left_alone():
+    text = 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    p = plan((2, 2, 1), text, DEFAULT_22, drop_in_path=DROP)
+    assert set(p["files"]) == {DROP}
+
+
+def test_set_as_default_and_back():
+    p = plan((2, 2, 1), V3, set_as_default=True)
+    assert data(p["files"][MAIN])["plugins"][cr.CRI_V3_RUNTIME]["containerd"]["default_runtime_name"] == "nvidia"
+    back = plan((2, 2, 1), p["files"][MAIN])
+    assert "default_runtime_name" not in data(back["files"][MAIN])["plugins"][cr.CRI_V3_RUNTIME]["containerd"]
+
+
+def test_options_follow_the_default_runtime_and_extra_keys_merge():
+    text = V3.replace('[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]',
+                      '[plugins."io.containerd.cri.v1.runtime".containerd]\n  default_runtime_name = "crun"\n\n'
+                      '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]')
+    p = plan((2, 2, 1), text, runtime_config={"privileged_without_host_devices": True, "options": {"Root": "/run/nv"}})
+    nvidia = runtimes(data(p["files"][MAIN]), cr.CRI_V3_RUNTIME)["nvidia"]
+    # crun is the default: its options (BinaryName replaced by ours) are the base.
+    assert nvidia == {"runtime_type": cr.DEFAULT_RUNTIME_TYPE, "privileged_without_host_devices": True,
+                      "options": {"BinaryName": NV, "Root": "/run/nv"}}
+
+
+def test_cdi_spec_dirs_and_skip():
+    p = plan((2, 2, 1), V3, cdi_spec_dirs=["/etc/cdi", "/var/run/cdi", "/opt/cdi"])
+    assert data(p["files"][MAIN])["plugins"][cr.CRI_V3_RUNTIME]["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi", "/opt/cdi"]
+    skip = plan((1, 7, 12), V2, cdi="skip")
+    assert "enable_cdi" not in data(skip["files"][MAIN])["plugins"][cr.CRI_V2] and skip["cdi_enabled"] is False
+
+
+@pytest.mark.parametrize(("kw", "text", "message"), [
+    ({"name": "NVIDIA_GPU"}, V3, r"runtime_name: 'NVIDIA_GPU' is not a valid runtime handler name"),
+    ({"runtime_path": "nvidia-container-runtime"}, V3, r"runtime_path: 'nvidia-container-runtime' is not an absolute path"),
+    ({"cdi": "yes"}, V3, r"cdi: 'yes' is not one of auto, enable, skip"),
+    ({"drop_in_path": "/etc/containerd/conf.d/99-nvidia.conf"}, V3, r"must end in .toml"),
+    ({}, '[plugins.cri]\nsystemd_cgroup = true\n', r"version 1 config .*`containerd config migrate`"),
+    ({}, 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\nenable_cdi = true\n', None),
+])
+def test_refusals(kw, text, message):
+    if message is None:  # control: a valid input passes
+        plan((2, 2, 1), text, **kw)
+        return
+    with pytest.raises(cr.ConfigError, match=message):
+        plan((2, 2, 1), text, **kw)
+
+
+def test_version_3_config_on_containerd_1_is_refused():
+    with pytest.raises(cr.ConfigError, match=r"version 3 config, which containerd 1.7.12 does not read"):
+        plan((1, 7, 12), V3)
+
+
+def test_a_file_that_does_not_parse_is_reported_with_its_line():
+    with pytest.raises(cr.ConfigError, match=r"/etc/containerd/config.toml does not parse as TOML at line 3"):
+        plan((2, 2, 1), 'version = 3\n\n[plugins\n')
+
+
+@pytest.mark.parametrize(("output", "version"), [
+    ("containerd github.com/containerd/containerd/v2 2.2.1 ", (2, 2, 1)),
+    ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", (1, 6, 20)),
+    ("containerd containerd.io v1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da", (1, 7, 27)),
+])
+def test_containerd_version(output, version):
+    assert cr.containerd_version(output) == version
+
+
+def test_crio_drop_in_copies_the_default_runtime():
+    conf = '[crio.runtime]\ndefault_runtime = "crun"\n[crio.runtime.runtimes.crun]\nruntime_path = "/usr/bin/crun"\n' \
+           'runtime_root = "/run/crun"\nmonitor_path = "/usr/libexec/crio/conmon"\n'
+    p = cr.plan_crio(sources=[("/etc/crio/crio.conf", conf)], drop_in_path="/etc/crio/crio.conf.d/99-nvidia.toml",
+                     drop_in_text=None, set_as_default=True)
+    d = data(p["files"]["/etc/crio/crio.conf.d/99-nvidia.toml"])
+    assert d == {"crio": {"runtime": {"default_runtime": "nvidia", "runtimes": {"nvidia": {
+        "runtime_path": NV, "runtime_root": "/run/crun", "monitor_path": "/usr/libexec/crio/conmon", "runtime_type": "oci"}}}}}
+    again_ = cr.plan_crio(sources=[("/etc/crio/crio.conf", conf)], drop_in_path="/etc/crio/crio.conf.d/99-nvidia.toml",
+                          drop_in_text=p["files"]["/etc/crio/crio.conf.d/99-nvidia.toml"], set_as_default=True)
+    assert again_["files"] == {}
+
+
+TOOLKIT = '''#accept-nvidia-visible-devices-as-volume-mounts = false
+disable-require = false
+
+[nvidia-container-cli]
+environment = []
+#root = "/run/nvidia/driver"
+
+[nvidia-container-runtime]
+log-level = "info"
+mode = "auto"
+runtimes = ["runc", "crun"]
+'''
+
+
+def test_toolkit_config_mode_and_settings_in_place():
+    p = cr.plan_toolkit(path="/etc/nvidia-container-runtime/config.toml", text=TOOLKIT, mode="cdi",
+                        settings={"nvidia-container-cli.root": "/run/nvidia/driver"})
+    new = p["files"]["/etc/nvidia-container-runtime/config.toml"]
+    d = data(new)
+    assert d["nvidia-container-runtime"]["mode"] == "cdi"
+    assert d["nvidia-container-cli"]["root"] == "/run/nvidia/driver"
+    assert d["nvidia-container-runtime"]["runtimes"] == ["runc", "crun"]
+    assert "#accept-nvidia-visible-devices-as-volume-mounts = false" in new
+    assert cr.plan_toolkit(path="x", text=new, mode="cdi", settings={"nvidia-container-cli.root": "/run/nvidia/driver"})["files"] == {}
+    assert cr.plan_toolkit(path="x", text=TOOLKIT, mode="auto", settings={})["files"] == {}
+
+
+def test_dump_toml_round_trips():
+    value = {"version": 2, "plugins": {"a.b": {"x": ["1", "2"], "y": True, "z": {"k": 3, "q": "it's \"quoted\""}}}}
+    assert data(cr.dump_toml(value, header="two\nlines")) == value
+
+
+# /etc/containerd/config.toml as Debian 12's containerd 1.6.20 package ships it: a CRI section without runtimes.
+DEBIAN_16 = (RECORDED / "containerd-1.6.20-debian-config.toml").read_text()
+
+
+@pytest.mark.parametrize("drop_in", ["", DROP])
+def test_a_config_without_runtimes_keeps_the_default_runtime_defined(drop_in):
+    # containerd 1.x replaces its default runtimes with the ones a config names: with only nvidia written,
+    # default_runtime_name "runc" named no runtime and the CRI plugin refused to load (seen in `make demo`).
+    p = plan((1, 6, 20), DEBIAN_16, DEFAULT_16, drop_in_path=drop_in)
+    written = data(p["files"][drop_in or MAIN])
+    rts = runtimes(written, cr.CRI_V2)
+    assert set(rts) == {"runc", "nvidia"}
+    assert rts["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert rts["nvidia"]["options"] == {"BinaryName": NV}
+    assert written["plugins"][cr.CRI_V2]["cni"]["bin_dir"] == "/usr/lib/cni"
+    assert again((1, 6, 20), p, DEBIAN_16, DEFAULT_16, drop_in_path=drop_in)["files"] == {}
+
+
+def test_a_default_runtime_already_defined_is_not_rewritten():
+    p = plan((1, 7, 12), V2, DEFAULT_16)
+    runc = runtimes(data(p["files"][MAIN]), cr.CRI_V2)["runc"]
+    assert runc == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}

@@ -1,0 +1,122 @@
+"""The container_runtime module on files in a temporary directory; `containerd` answers with recorded output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
+
+from ..harness import call
+
+RECORDED = Path(__file__).parent / "recorded"
+PLANTED = Path(__file__).parents[3] / "molecule/runtime/files"
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    etc = tmp_path / "etc"
+    (etc / "containerd").mkdir(parents=True)
+    calls = []
+    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n"}
+
+    def run_command(self, argv, **kw):
+        calls.append(argv[1:])
+        if argv[1:] == ["--version"]:
+            return 0, version["out"], ""
+        if argv[1:] == ["config", "default"]:
+            return 0, (RECORDED / "containerd-2.2.1-default.toml").read_text(), ""
+        return 1, "", f"unexpected {argv}"
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: "/usr/bin/containerd" if name == "containerd" else None)
+
+    def run(check=False, **args):
+        params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
+                  "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
+                  "_ansible_check_mode": check, "_ansible_diff": True, **args}
+        return call(container_runtime.main, params)
+
+    return etc, run, calls, version
+
+
+def files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_check_mode_writes_nothing_and_shows_the_diff(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    before = files(etc)
+    res = run(check=True, toolkit_mode="cdi")
+    assert res["changed"] and res["restart_required"] and not res["failed"]
+    assert files(etc) == before
+    after = {d["after_header"]: d["after"] for d in res["diff"]}
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in after[str(etc / "containerd/conf.d/99-nvidia.toml")]
+    assert 'mode = "cdi"' in after[str(etc / "nvidia-container-runtime/config.toml")]
+
+
+def test_writes_with_backup_and_rollback_then_nothing(node):
+    etc, run, calls, _v = node
+    main = etc / "containerd/config.toml"
+    main.write_text((PLANTED / "planted-v3.toml").read_text())
+    main.chmod(0o600)
+    res = run()
+    drop = etc / "containerd/conf.d/99-nvidia.toml"
+    assert res["runtime_version"] == "2.2.1" and res["config_version"] == 3 and res["cdi_enabled"]
+    rollback = {r["path"]: r for r in res["rollback"]}
+    assert rollback[str(drop)] == {"path": str(drop), "backup": "", "existed": False}
+    backup = Path(rollback[str(main)]["backup"])
+    assert backup.read_text() == (PLANTED / "planted-v3.toml").read_text() and rollback[str(main)]["existed"]
+    assert "imports = [" in main.read_text() and (main.stat().st_mode & 0o777) == 0o600
+    # The drop-in may carry what the main file holds: it gets the main file's mode.
+    assert (drop.stat().st_mode & 0o777) == 0o600
+    # The planted runc has options to copy, so containerd's defaults were never asked for.
+    assert ["config", "default"] not in calls
+    again = run()
+    assert not again["changed"] and again["rollback"] == [] and not again["restart_required"]
+
+
+def test_no_config_asks_containerd_for_its_defaults(node):
+    etc, run, calls, _v = node
+    res = run(drop_in="")
+    assert ["config", "default"] in calls
+    assert 'sandboxer = "podsandbox"' in (etc / "containerd/config.toml").read_text()
+    assert res["rollback"] == [{"path": str(etc / "containerd/config.toml"), "backup": "", "existed": False}]
+
+
+def test_cdi_on_containerd_16_is_refused_before_writing(node):
+    etc, run, _calls, version = node
+    version["out"] = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n"
+    res = run(cdi="enable")
+    assert res["failed"] and "containerd 1.6.20" in res["msg"] and "cdi: enable" in res["msg"]
+    assert files(etc) == {}
+
+
+def test_unknown_runtime_name_is_refused_before_writing(node):
+    etc, run, _calls, _v = node
+    res = run(runtime_name="Nvidia GPU")
+    assert res["failed"] and "runtime_name: 'Nvidia GPU'" in res["msg"]
+    assert files(etc) == {}
+
+
+def test_crio_drop_in_backups_stay_out_of_the_directory_crio_reads_whole(node):
+    etc, run, _calls, _v = node
+    conf_d = etc / "crio/crio.conf.d"
+    conf_d.mkdir(parents=True)
+    (etc / "crio/crio.conf").write_text('[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\n'
+                                        'runtime_path = "/usr/bin/runc"\nruntime_root = "/run/runc"\n')
+    # CRI-O reads every file of the directory: a site file without .toml counts too, and comes later.
+    (conf_d / "50-site").write_text('[crio.runtime.runtimes.runc]\nmonitor_path = "/usr/libexec/crio/conmon"\n')
+    args = {"runtime": "crio", "config": str(etc / "crio/crio.conf"), "drop_in": str(conf_d / "99-nvidia.toml")}
+    first = run(**args)
+    assert first["rollback"] == [{"path": str(conf_d / "99-nvidia.toml"), "backup": "", "existed": False}]
+    text = (conf_d / "99-nvidia.toml").read_text()
+    assert 'monitor_path = "/usr/libexec/crio/conmon"' in text and 'runtime_root = "/run/runc"' in text
+    second = run(**args, runtime_config={"runtime_type": "vm"})
+    saved = second["rollback"][0]["backup"]
+    assert saved.startswith(str(etc / "crio/gpuops-backups") + "/99-nvidia.toml.")
+    assert sorted(p.name for p in conf_d.iterdir()) == ["50-site", "99-nvidia.toml"]
+    assert Path(saved).read_text() == text

@@ -1,0 +1,204 @@
+"""The driver plan made from a host's answers: apt-cache and dpkg output recorded on the lab machines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+class FakeHost:
+    """Answers the commands driver_host runs from recorded output, and remembers them."""
+
+    def __init__(self, release: str, dpkg: str = "", license_text: str = "") -> None:
+        self.policy = driver_host.parse_policy((RECORDED / f"{release}-policy.txt").read_text())
+        names = RECORDED / f"{release}-pkgnames.txt"
+        self.pkgnames = names.read_text() if names.exists() else ""
+        self.dpkg = dpkg
+        self.license = license_text
+        self.calls: list[list[str]] = []
+
+    def run(self, argv, environ_update=None):
+        assert environ_update == {"LC_ALL": "C", "LANG": "C"}
+        self.calls.append(argv)
+        if argv[:2] == ["apt-cache", "policy"]:
+            out = "".join(f"{n}:\n  Installed: (none)\n  Candidate: {self.policy[n] or '(none)'}\n" for n in argv[2:] if n in self.policy)
+            return 0, out, ""
+        if argv[:2] == ["apt-cache", "pkgnames"]:
+            return 0, "\n".join(n for n in self.pkgnames.split() if n.startswith(argv[2])), ""
+        if argv[0] in ("dpkg-query", "rpm"):
+            return 0, self.dpkg, ""
+        if argv[0].endswith("modinfo"):
+            return (0, self.license, "") if self.license else (1, "", "modinfo: ERROR: Module nvidia not found.")
+        raise AssertionError(f"unexpected command {argv}")
+
+    def host(self) -> driver_host.Host:
+        return driver_host.Host(self.run, lambda name: f"/usr/sbin/{name}")
+
+
+def request(**kw):
+    base = {"distribution": "Ubuntu", "major_version": "24", "architecture": "x86_64", "method": "auto",
+            "repository": "distro", "branch": "", "kernel_module_type": "auto", "kernel_release": "", "compute_only": True,
+            "allow_branch_change": False, "allow_method_change": False, "cuda_repo_url": "https://mirror.example/cuda",
+            "repo_ready": False, "image_build": "false", "state_dir": "/nonexistent", "module_options": {}}
+    return base | kw
+
+
+@pytest.fixture
+def root(tmp_path):
+    def make(*kernels):
+        for k in kernels:
+            (tmp_path / "lib/modules" / k / "kernel").mkdir(parents=True, exist_ok=True)
+        return str(tmp_path)
+    return make
+
+
+def test_policy_parsing_of_recorded_output():
+    found = driver_host.parse_policy((RECORDED / "noble-policy.txt").read_text())
+    assert found["nvidia-headless-no-dkms-580-server-open"] == "580.178.04-0ubuntu0.24.04.1"
+    assert found["linux-modules-nvidia-580-server-open-6.8.0-151-generic"] == "6.8.0-151.151"
+
+
+def test_dpkg_parsing_keeps_installed_packages_and_holds():
+    text = ("nvidia-utils-580-server\t580.178.04-0ubuntu0.24.04.1\thi \n"
+            "libnvidia-compute-580-server:amd64\t580.178.04-0ubuntu0.24.04.1\tii \n"
+            "nvidia-kernel-common-575-server\t575.57.08-0ubuntu0.24.04.3\trc \n"
+            "bash\t5.2.21-2ubuntu4\tii \n")
+    got = driver_host.parse_dpkg(text)
+    assert got == {"nvidia-utils-580-server": {"version": "580.178.04-0ubuntu0.24.04.1", "held": True},
+                   "libnvidia-compute-580-server": {"version": "580.178.04-0ubuntu0.24.04.1", "held": False},
+                   "bash": {"version": "5.2.21-2ubuntu4", "held": False}}
+
+
+def test_noble_h100_fresh_plans_precompiled_open_for_the_installed_kernel(info_of, root):
+    fake = FakeHost("noble")
+    out = driver_host.make_plan(request(branch="580"), info_of("hgx-h100"), fake.host(), root("6.8.0-151-generic"))
+    plan = out["plan"]
+    assert (plan["method"], plan["branch"], plan["module_type"], plan["kernel"]) == ("precompiled", 580, "open", "6.8.0-151-generic")
+    assert plan["packages"] == ["nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+                                "linux-modules-nvidia-580-server-open-6.8.0-151-generic"]
+    assert plan["install"] and plan["unhold"] == []
+    # The profile's running kernel (the lab host's) is not in this root: the newest installed one is taken.
+    assert "not installed in this root" in plan["kernel_reason"]
+    assert ["apt-cache", "pkgnames", "nvidia-headless-no-dkms-"] in fake.calls
+
+
+def test_an_empty_branch_takes_the_newest_with_packages(info_of, root):
+    out = driver_host.make_plan(request(), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
+    assert out["plan"]["branch"] == 615
+
+
+def test_jammy_v100_takes_proprietary_and_stops_at_580(info_of, root):
+    out = driver_host.make_plan(request(major_version="22"), info_of("v100"), FakeHost("jammy").host(), root("5.15.0-204-generic"))
+    plan = out["plan"]
+    assert (plan["branch"], plan["module_type"]) == (580, "proprietary")
+    assert plan["packages"][0] == "nvidia-headless-no-dkms-580-server"
+    assert "linux-signatures-nvidia-5.15.0-204-generic" in plan["packages"]
+
+
+def test_a_branch_without_packages_names_the_branches_there_are(info_of, root):
+    with pytest.raises(PlanError) as exc:
+        driver_host.make_plan(request(branch="545"), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
+    assert exc.value.variable == "gpuops_driver_branch"
+    assert "545: no package nvidia-headless-no-dkms-545-server-open" in str(exc.value)
+    assert "branches with packages here: 535, 550, 565, 570, 575, 580, 590, 595, 615" in str(exc.value)
+
+
+def test_a_transitional_branch_is_refused(info_of, root):
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 515: nvidia-headless-no-dkms-515-server .* transitional package that installs branch 525"):
+        driver_host.make_plan(request(major_version="22", branch="515"), info_of("v100"), FakeHost("jammy").host(),
+                              root("5.15.0-204-generic"))
+
+
+def test_open_on_a_v100_is_refused_before_any_command_but_the_package_list(info_of, root):
+    fake = FakeHost("jammy")
+    with pytest.raises(PlanError, match=r"gpuops_driver_kernel_module_type: 'open'"):
+        driver_host.make_plan(request(major_version="22", kernel_module_type="open"), info_of("v100"), fake.host(), root("5.15.0-204-generic"))
+    assert [c[0] for c in fake.calls] == ["dpkg-query"]
+
+
+def test_a_kernel_without_precompiled_modules_names_the_kernel_variable(info_of, root):
+    with pytest.raises(PlanError, match=r"gpuops_driver_kernel_release: no package linux-modules-nvidia-580-server-open-6.8.0-90-generic"):
+        driver_host.make_plan(request(branch="580"), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-90-generic"))
+
+
+def test_installed_and_held_driver_is_a_no_op(info_of, root):
+    names = ("nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server", "libnvidia-compute-580-server")
+    dpkg = "".join(f"{n}\t580.178.04-0ubuntu0.24.04.1\thi \n" for n in names)
+    dpkg += "linux-modules-nvidia-580-server-open-6.8.0-151-generic\t6.8.0-151.151\thi \n"
+    fake = FakeHost("noble", dpkg, "Dual MIT/GPL\n")
+    out = driver_host.make_plan(request(), info_of("hgx-h100"), fake.host(), root("6.8.0-151-generic"))
+    assert out["plan"]["branch"] == 580  # the installed branch, not the newest
+    assert not out["plan"]["install"] and out["plan"]["unhold"] == []
+    assert out["installed"]["module_type"] == "open" and out["installed"]["not_held"] == []
+    assert ["/usr/sbin/modinfo", "-k", "6.8.0-151-generic", "-F", "license", "nvidia"] in fake.calls
+
+
+def test_another_installed_branch_is_refused_then_replaced_when_allowed(info_of, root):
+    dpkg = ("libnvidia-compute-570-server\t570.211.01-0ubuntu1.24.04.1\thi \n"
+            "linux-modules-nvidia-570-server-open-6.8.0-151-generic\t6.8.0-151.151\thi \n")
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 580: driver 570.211.01 \(branch 570\) is installed"):
+        driver_host.make_plan(request(branch="580"), info_of("hgx-h100"), FakeHost("noble", dpkg).host(), root("6.8.0-151-generic"))
+    out = driver_host.make_plan(request(branch="580", allow_branch_change=True), info_of("hgx-h100"), FakeHost("noble", dpkg).host(),
+                                root("6.8.0-151-generic"))
+    assert out["plan"]["install"]
+    assert out["plan"]["unhold"] == ["libnvidia-compute-570-server", "linux-modules-nvidia-570-server-open-6.8.0-151-generic"]
+
+
+def test_bookworm_l40s_falls_back_to_proprietary_when_open_lags(info_of, root):
+    out = driver_host.make_plan(request(distribution="Debian", major_version="12"), info_of("l40s"), FakeHost("bookworm").host(),
+                                root("6.1.0-56-amd64"))
+    plan = out["plan"]
+    assert (plan["method"], plan["branch"], plan["module_type"]) == ("dkms", 535, "proprietary")
+    assert plan["packages"] == ["nvidia-kernel-dkms", "libcuda1", "nvidia-smi", "nvidia-persistenced", "linux-headers-6.1.0-56-amd64"]
+    assert plan["warnings"] and "nvidia-open-kernel-dkms" in plan["warnings"][0]
+
+
+def test_bookworm_has_one_branch(info_of, root):
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 580: Debian 12 \(distro repository\) has the driver of branch 535 only"):
+        driver_host.make_plan(request(distribution="Debian", major_version="12", branch="580"), info_of("l40s"),
+                              FakeHost("bookworm").host(), root("6.1.0-56-amd64"))
+
+
+def test_containerized_refuses_a_host_driver_and_a_host_method_refuses_the_marker(info_of, root, tmp_path):
+    dpkg = ("libnvidia-compute-580-server\t580.178.04-0ubuntu0.24.04.1\tii \n"
+            "nvidia-dkms-580-server-open\t580.178.04-0ubuntu0.24.04.1\tii \n")
+    with pytest.raises(PlanError, match=r"gpuops_driver_method: 'containerized': a host driver is installed \(580.178.04"):
+        driver_host.make_plan(request(method="containerized"), info_of("hgx-h100"), FakeHost("noble", dpkg).host(), root())
+    out = driver_host.make_plan(request(method="containerized"), info_of("hgx-h100"), FakeHost("noble").host(), root())
+    assert out["plan"]["method"] == "containerized" and out["plan"]["packages"] == []
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "driver-method").write_text("containerized\n")
+    with pytest.raises(PlanError, match=r"set for the containerized driver .* gpuops_driver_allow_method_change: true"):
+        driver_host.make_plan(request(state_dir=str(state)), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
+
+
+def test_cuda_repository_needs_a_branch_and_plans_the_rhel_stream(info_of, root):
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: unset: the CUDA repository serves every branch"):
+        driver_host.make_plan(request(distribution="Rocky", major_version="9", repository="cuda"), info_of("hgx-h100"),
+                              FakeHost("noble").host(), root("5.14.0-503.el9.x86_64"))
+
+
+def test_reboot_reasons(info_of):
+    info = info_of("a100-pcie-mig")
+    plan = {"kernel": "6.8.0-151-generic", "image_build": False, "method": "precompiled"}
+    reasons = driver_host.reboot_reasons(plan, {"module_type": "open", "version": "580.178.04"}, info)
+    assert any("installed for kernel 6.8.0-151-generic" in r for r in reasons)
+    assert any("loaded nvidia modules are proprietary" in r for r in reasons)
+    assert driver_host.reboot_reasons({**plan, "image_build": True}, {}, info) == []
+
+
+def test_offline_checks_run_no_apt_cache_and_still_refuse(info_of, root):
+    fake = FakeHost("jammy")
+    out = driver_host.make_plan(request(major_version="22", branch="580", offline=True), info_of("v100"), fake.host(),
+                                root("5.15.0-204-generic"))
+    assert out["plan"]["branch"] == 580 and out["plan"]["packages"] == []
+    assert [c[0] for c in fake.calls] == ["dpkg-query"]
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 590: .* supported up to branch 580"):
+        driver_host.make_plan(request(major_version="22", branch="590", offline=True), info_of("v100"), FakeHost("jammy").host(),
+                              root("5.15.0-204-generic"))

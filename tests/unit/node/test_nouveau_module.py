@@ -1,0 +1,116 @@
+"""The nouveau module end to end on a file system root in a temporary directory, commands stubbed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
+from ansible_collections.gpuops.nvidia.plugins.modules import nouveau
+
+from ..harness import call
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    """A root with a kernel's initramfs and /proc/modules; update-initramfs and modprobe recorded."""
+    sysroot = tmp_path / "root"
+    (sysroot / "boot").mkdir(parents=True)
+    (sysroot / "boot/initrd.img-6.8.0-151-generic").write_text("old")
+    os.utime(sysroot / "boot/initrd.img-6.8.0-151-generic", (1, 1))
+    proc = tmp_path / "hw"
+    (proc / "proc").mkdir(parents=True)
+    calls = []
+
+    def run_command(self, argv, **kw):
+        calls.append(argv)
+        if argv[0].endswith("update-initramfs"):
+            (sysroot / "boot/initrd.img-6.8.0-151-generic").write_text("new")
+        return 0, "", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: f"/usr/sbin/{name}" if name != "dracut" else None)
+
+    def run(check=False, diff=True, **args):
+        params = {"sysroot": str(sysroot), "root": str(proc), "image_build": "false", "_ansible_check_mode": check,
+                  "_ansible_diff": diff, **args}
+        return call(nouveau.main, params)
+
+    def modules(text):
+        (proc / "proc/modules").write_text(text)
+
+    return sysroot, run, calls, modules
+
+
+def test_check_mode_writes_nothing_and_says_what_would_change(host):
+    sysroot, run, calls = host[:3]
+    res = run(check=True)
+    assert res["changed"] and res["initramfs"]["rebuilt"]
+    assert res["diff"]["after"] == nv.CONTENT and res["diff"]["before"] == ""
+    assert not (sysroot / "etc/modprobe.d" / nv.FILE_NAME).exists()
+    assert calls == []
+
+
+def test_writes_rebuilds_once_then_changes_nothing(host):
+    sysroot, run, calls = host[:3]
+    first = run()
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    assert first["changed"] and path.read_text() == nv.CONTENT
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert calls == [["/usr/sbin/update-initramfs", "-u", "-k", "all"]]
+    second = run()
+    assert not second["changed"] and "diff" not in second
+    assert len(calls) == 1
+
+
+def test_an_initramfs_older_than_the_file_is_rebuilt(host):
+    sysroot, run, calls = host[:3]
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text(nv.CONTENT)  # an earlier run stopped before the rebuild
+    res = run()
+    assert res["changed"] and res["initramfs"]["rebuilt"] and "diff" not in res
+    assert calls == [["/usr/sbin/update-initramfs", "-u", "-k", "all"]]
+
+
+def test_another_blacklist_is_not_fought(host):
+    sysroot, run, calls = host[:3]
+    (sysroot / "usr/lib/modprobe.d").mkdir(parents=True)
+    (sysroot / "usr/lib/modprobe.d/nvidia-graphics-drivers.conf").write_text("blacklist nouveau\n")
+    res = run()
+    assert not res["changed"] and calls == []
+    assert res["blacklisted_by"] == [str(sysroot / "usr/lib/modprobe.d/nvidia-graphics-drivers.conf")]
+    assert not (sysroot / "etc/modprobe.d" / nv.FILE_NAME).exists()
+
+
+def test_absent_removes_only_ours(host):
+    sysroot, run = host[:2]
+    run()
+    res = run(state="absent")
+    assert res["changed"] and res["diff"]["after"] == ""
+    assert not (sysroot / "etc/modprobe.d" / nv.FILE_NAME).exists()
+
+
+def test_a_held_nouveau_asks_for_a_reboot_and_is_not_touched(host):
+    _sysroot, run, calls, modules = host
+    modules("nouveau 3096576 2 - Live 0x0000000000000000\n")
+    res = run()
+    assert res["loaded"] and res["reboot_required"] and not res["unloaded"]
+    assert "use count 2" in res["reboot_reason"]
+    assert not any("modprobe" in c[0] for c in calls)
+
+
+def test_nouveau_read_from_another_root_is_not_unloaded(host):
+    _sysroot, run, calls, modules = host
+    modules("nouveau 3096576 0 - Live 0x0000000000000000\n")
+    res = run()
+    assert res["reboot_required"] and "not this kernel's /proc" in res["reboot_reason"]
+    assert not any(c[0].endswith("modprobe") for c in calls)
+
+
+def test_the_module_result_is_json(host):
+    run = host[1]
+    json.dumps(run())

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
+
+DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
+
+
+def ids(found, severity="blocker"):
+    return [f["id"] for f in found if f["severity"] == severity]
+
+
+@pytest.mark.parametrize(
+    ("profile", "distro", "settings", "blockers"),
+    [
+        ("hgx-h100", ("Ubuntu", "24"), DEFAULTS, []),
+        ("hgx-h100", ("Ubuntu", "24"), {**DEFAULTS, "fabricmanager_enabled": False}, ["fabric_manager_disabled"]),
+        ("hgx-h100", ("Ubuntu", "24"), {"driver_method": "containerized", "fabricmanager_enabled": False}, []),
+        ("hgx-b200", ("Ubuntu", "24"), {**DEFAULTS, "fabricmanager_enabled": False}, ["fabric_manager_disabled"]),
+        ("l40s", ("Debian", "12"), DEFAULTS, ["nouveau_loaded"]),
+        ("l40s", ("Debian", "12"), {**DEFAULTS, "driver_method": "none"}, []),
+        ("gh200", ("Ubuntu", "24"), DEFAULTS, []),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "dkms"}, ["secure_boot_unsigned"]),
+        # auto is precompiled from Ubuntu's archive, DKMS from Debian's or from the CUDA repository.
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto"}, []),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto", "driver_repository": "cuda"}, ["secure_boot_unsigned"]),
+        ("gh200", ("Debian", "12"), {**DEFAULTS, "driver_method": "auto"}, ["secure_boot_unsigned"]),
+        ("l40s", ("Debian", "12"), {**DEFAULTS, "nouveau_managed": True}, []),
+        ("v100", ("Ubuntu", "22"), DEFAULTS, []),
+        ("a100-pcie-mig", ("CentOS", "7"), DEFAULTS, ["unsupported_distribution"]),
+    ],
+)
+def test_blockers(info_of, profile, distro, settings, blockers):
+    assert ids(findings(info_of(profile), *distro, settings)) == blockers
+
+
+def test_no_gpu_is_a_warning_not_a_blocker(info_of):
+    found = findings(info_of("no-gpu"), "Ubuntu", "24", DEFAULTS)
+    assert ids(found) == [] and ids(found, "warning") == ["no_gpu"]
+
+
+def test_nouveau_finding_names_the_bound_gpus_and_the_fix(info_of):
+    (f,) = findings(info_of("l40s"), "Debian", "12", DEFAULTS)
+    assert "bound to 0000:4a:00.0, 0000:61:00.0, 0000:ca:00.0, 0000:e1:00.0" in f["message"]
+    assert "gpuops.nvidia.nouveau" in f["fix"]
+
+
+def test_nouveau_is_a_warning_when_the_nouveau_role_follows(info_of):
+    (f,) = findings(info_of("l40s"), "Debian", "12", {**DEFAULTS, "nouveau_managed": True})
+    assert f["id"] == "nouveau_loaded" and f["severity"] == "warning"
+    assert "reboot" in f["fix"] and "gpuops_nouveau_reboot" in f["fix"]
+
+
+def test_missing_headers_warn_for_dkms_as_the_driver_role_installs_them(info_of):
+    found = findings(info_of("v100"), "Debian", "12", {**DEFAULTS, "driver_method": "dkms"})
+    assert "kernel_headers_missing" in ids(found, "warning")
+
+
+def test_mixed_module_types_block(info_of):
+    info = info_of("v100")
+    mixed = {**info, "derived": {**info["derived"], "kernel_module_type": {"type": None, "reason": None, "error": "mix"}}}
+    assert ids(findings(mixed, "Ubuntu", "24", DEFAULTS)) == ["mixed_module_types"]
+
+
+def test_unknown_driver_method_is_named(info_of):
+    with pytest.raises(ValueError, match="driver method 'runfile' is not one of auto, precompiled, dkms, containerized, none"):
+        findings(info_of("v100"), "Ubuntu", "24", {"driver_method": "runfile"})
+
+
+def test_report_says_what_is_there_what_will_happen_and_what_blocks(info_of):
+    info = info_of("hgx-h100")
+    found = findings(info, "Ubuntu", "24", {**DEFAULTS, "fabricmanager_enabled": False})
+    lines = report_lines("gpu1", info, found)
+    assert lines[0] == "== gpu1 =="
+    assert lines[1] == "GPUs: 8x NVIDIA H100 80GB HBM3 (hopper)"
+    assert "NVSwitches: 4; NVIDIA NICs: 8" in lines
+    assert any(line.startswith("Will use: open kernel modules") for line in lines)
+    assert any(line.startswith("BLOCKER fabric_manager_disabled:") and "Fix:" in line for line in lines)
+    assert "Nothing blocks the install." not in lines
+
+
+@pytest.mark.parametrize(
+    ("profile", "method", "warned"),
+    [
+        ("a100-pcie-mig", "precompiled", True),  # proprietary loaded, open recommended
+        ("a100-pcie-mig", "dkms", True),
+        ("a100-pcie-mig", "containerized", False),  # the host modules are not ours to choose
+        ("a100-pcie-mig", "none", False),
+        ("hgx-h100", "precompiled", False),  # open loaded, open recommended
+        ("l40s", "precompiled", False),  # nothing loaded
+    ],
+)
+def test_a_loaded_flavour_other_than_the_recommendation_is_a_warning(info_of, profile, method, warned):
+    found = findings(info_of(profile), "Ubuntu", "22", {**DEFAULTS, "driver_method": method})
+    assert ("module_type_differs" in ids(found, "warning")) is warned
+    assert "module_type_differs" not in ids(found)
+    if warned:
+        (f,) = [f for f in found if f["id"] == "module_type_differs"]
+        assert "proprietary" in f["message"] and "open" in f["message"]
+        assert "gpuops_driver_kernel_module_type" in f["fix"]

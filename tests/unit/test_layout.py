@@ -1,0 +1,59 @@
+"""The collection's shape: action groups cover every module once, and the Galaxy artifact holds only what users run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _modules() -> set[str]:
+    return {f"gpuops.nvidia.{p.stem}" for p in (REPO / "plugins/modules").glob("*.py") if p.stem != "__init__"}
+
+
+def test_every_module_is_in_exactly_one_side_group():
+    groups = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["action_groups"]
+    node, cluster = set(groups["node"]), set(groups["cluster"])
+    assert not node & cluster, f"in both groups: {sorted(node & cluster)}"
+    assert node | cluster == _modules(), f"missing: {sorted(_modules() - node - cluster)}, unknown: {sorted((node | cluster) - _modules())}"
+
+
+def test_the_old_group_name_extends_the_node_group():
+    groups = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["action_groups"]
+    assert groups["gpu"] == [{"metadata": {"extend_group": ["gpuops.nvidia.node"]}}]
+
+
+def test_module_utils_is_split_by_side():
+    top = sorted(p.name for p in (REPO / "plugins/module_utils").iterdir() if p.name != "__pycache__")
+    assert top == ["_common", "cluster", "node"], top
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory) -> list[str]:
+    galaxy = shutil.which("ansible-galaxy", path=str(Path(sys.executable).parent)) or shutil.which("ansible-galaxy")
+    if galaxy is None:
+        pytest.fail("ansible-galaxy is not installed: make venv installs it")
+    out = tmp_path_factory.mktemp("build")
+    subprocess.run([galaxy, "collection", "build", "--output-path", str(out), str(REPO)], check=True, capture_output=True)
+    (tarball,) = out.glob("gpuops-nvidia-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        return tar.getnames()
+
+
+@pytest.mark.parametrize("path", ["lab", "tests", "molecule", "Makefile", "inventories/lab", ".venv", ".build"])
+def test_the_artifact_leaves_out_developer_parts(artifact, path):
+    assert not [n for n in artifact if n == path or n.startswith(path + "/")], f"{path} is in the Galaxy artifact"
+
+
+@pytest.mark.parametrize("path", ["plugins/modules/gpu_info.py", "plugins/module_utils/node/gpu_info.py",
+                                  "plugins/module_utils/_common/__init__.py", "roles/driver/tasks/main.yml",
+                                  "meta/runtime.yml", "playbooks/site.yml", "inventories/example/hosts.yml"])
+def test_the_artifact_holds_what_users_run(artifact, path):
+    assert path in artifact
