@@ -6,40 +6,12 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.derive import (
-    fabric_manager_required,
-    gfd_labels,
-    recommend_kernel_module_type,
-    validate_strategies,
-)
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import node_gfd_labels, validate_strategies
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.derive import fabric_manager_required, recommend_kernel_module_type
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import node_state, read_pci
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.nvml import read_nvml
 
 SCHEMA_VERSION = 1
-
-
-def label_inputs(pci: dict, nvml: dict) -> tuple[list[dict], str]:
-    """Per-GPU inputs for the labels: NVML's view when the driver answers, else the PCI table's."""
-    by_bus = {g["bus_id"]: g for g in pci["gpus"]}
-    if nvml["status"] == "ok" and nvml["gpus"]:
-        gpus = []
-        for g in nvml["gpus"]:
-            pci_gpu = by_bus.get(g["bus_id"], {})
-            gpus.append({
-                "name": g["name"],
-                "memory_mib": g["memory_mib"],
-                "compute_capability": g["compute_capability"],
-                "pci_class": pci_gpu.get("class"),
-                "mig_capable": g["mig"]["capable"],
-                "mig_enabled": g["mig"]["current"],
-                "mig_devices": g["mig"]["devices"],
-            })
-        return gpus, "nvml"
-    known = [g for g in pci["gpus"] if g.get("name")]
-    if not known:
-        return [], "none"
-    gpus = [{"name": g["name"], "compute_capability": g["compute_capability"], "pci_class": g["class"]} for g in known]
-    return gpus, "pci"
 
 
 def collect(root: str, nvml_library: str | None, sharing: dict, mig_strategy: str) -> dict[str, object]:
@@ -55,8 +27,7 @@ def collect(root: str, nvml_library: str | None, sharing: dict, mig_strategy: st
     pci = read_pci(root)
     node = node_state(root)
     nvml = read_nvml(nvml_library)
-    label_gpus, source = label_inputs(pci, nvml)
-    labels = gfd_labels(label_gpus, nvml["driver_version"], nvml["cuda_driver_version"], sharing, mig_strategy)
+    labels, source = node_gfd_labels({"pci": pci, "nvml": nvml}, sharing, mig_strategy)
     mig_capable = any(g["mig"]["capable"] for g in nvml["gpus"]) if nvml["gpus"] else None
     return {
         "schema_version": SCHEMA_VERSION,
