@@ -58,6 +58,31 @@ options:
       - What M(gpuops.nvidia.gpu_info) read on this node (C(gpuops_gpu_info)); every GPU and MIG device in it must
         have its name in the spec, or nothing is written and the module fails naming the missing ones.
     type: dict
+  backup:
+    description:
+      - Keep a copy of the spec in place before it is replaced or removed, beside it, named
+        C(<file>.<pid>.<date>@<time>~) (the CDI loaders read only C(.json), C(.yaml) and C(.yml) files, so the
+        copy is not read as a spec).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The spec is still generated, into a temporary directory that is removed, so the reported change is real;
+        nothing is put in place and, with O(state=absent), nothing is removed.
+  diff_mode:
+    support: full
+    details:
+      - The spec file's text before and after.
+  idempotent:
+    support: full
+    details:
+      - The generated spec is compared as data with the one in place, so a second run changes nothing unless
+        C(nvidia-ctk) now generates different devices (the driver, the GPUs or their MIG devices changed in between).
 notes:
   - Supports check mode and diff. In check mode the spec is still generated (into a temporary directory that is
     removed) so the diff is real; nothing is put in place.
@@ -98,14 +123,22 @@ kind:
   returned: when state is present
   type: str
   sample: nvidia.com/gpu
+backup_file:
+  description: The copy of the spec made before it was replaced or removed.
+  returned: when O(backup=true) and the spec was replaced or removed
+  type: str
+  sample: /var/run/cdi/nvidia.yaml.2041.2026-11-21@10:00:00~
 """
 
 import json
 import os
 import shutil
 import tempfile
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import cdi
 
 try:
@@ -118,8 +151,19 @@ except ImportError:  # pragma: no cover - reported through missing_required_lib
     PARSE_ERRORS = (ValueError,)
 
 
-def load(text: str, fmt: str):
+SPEC_MODE = 0o644
+
+
+def load(text: str, fmt: str) -> Any:
     return json.loads(text) if fmt == "json" else yaml.safe_load(text)
+
+
+def finish(result: dict, tracker: ChangeTracker, done: FileResult) -> dict:
+    """The result with the file's change (and its diff, in diff mode) and backup."""
+    result["changed"] = tracker.add_file(done)
+    if done.backup:
+        result["backup_file"] = done.backup
+    return tracker.update(result)
 
 
 def main() -> None:
@@ -134,6 +178,7 @@ def main() -> None:
                                      "default": ["index", "uuid"]},
             "kind": {"type": "str", "default": "nvidia.com/gpu"},
             "gpu_info": {"type": "dict"},
+            "backup": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -147,18 +192,18 @@ def main() -> None:
         module.fail_json(msg=missing_required_lib("PyYAML (python3-yaml)"))
     if not cdi.KIND.match(p["kind"]):
         module.fail_json(msg=f"kind: {p['kind']!r} is not <vendor>/<class>, e.g. nvidia.com/gpu")
-    old_text = None
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            old_text = fh.read()
-    result = {"changed": False, "path": path}
+    result: dict = {"changed": False, "path": path}
+    tracker = ChangeTracker(module._diff)
     if p["state"] == "absent":
-        if old_text is not None:
-            result["changed"] = True
-            if not module.check_mode:
-                os.unlink(path)
-        result["diff"] = {"before": old_text or "", "after": ""}
-        module.exit_json(**result)
+        try:
+            done = remove_file(module, path, backup=p["backup"])
+        except OSError as exc:
+            module.fail_json(msg=f"removing the CDI spec failed: {exc}", **result)
+        module.exit_json(**finish(result, tracker, done))
+    try:
+        old_text = read_text(path, errors="replace")
+    except OSError as exc:
+        module.fail_json(msg=f"reading the CDI spec in place failed: {exc}", **result)
 
     ctk = p["nvidia_ctk"] or module.get_bin_path("nvidia-ctk", required=True)
     directory = os.path.dirname(path)
@@ -199,16 +244,17 @@ def main() -> None:
             old = None
         result.update(devices=names, cdi_version=spec.get("cdiVersion"), kind=spec.get("kind"))
         if not cdi.same_spec(old, spec):
-            result["changed"] = True
-            result["diff"] = {"before_header": path, "after_header": path, "before": old_text or "", "after": new_text}
-            if not module.check_mode:
-                os.makedirs(directory, mode=0o755, exist_ok=True)
-                os.chmod(tmp, 0o644)
-                module.atomic_move(tmp, path, unsafe_writes=False)
-                os.chmod(path, 0o644)
+            # The temporary file goes in the work directory, not in the one the runtimes watch. The spec is
+            # always 0644, whatever the one it replaces had: it is the toolkit's generated file, rewritten by
+            # its nvidia-cdi-refresh units too.
+            try:
+                done = write_text(module, path, new_text, mode=SPEC_MODE, backup=p["backup"], temp_dir=work)
+            except OSError as exc:
+                module.fail_json(msg=f"writing the CDI spec failed: {exc}", **result)
+            finish(result, tracker, done)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    module.exit_json(**result)
+    module.exit_json(**tracker.update(result))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,24 @@ options:
     type: str
     choices: ["auto", "true", "false"]
     default: auto
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The files are planned and compared as in a real run; nothing is written and no backup is made, so each
+        entry of RV(rollback) has an empty C(backup).
+  diff_mode:
+    support: full
+    details:
+      - One before and after per file that changes (the runtime's config or drop-in, and the toolkit's config).
+  idempotent:
+    support: full
+    details:
+      - A file whose planned content equals what is there is not written, so a second run changes nothing and
+        returns RV(restart_required=false).
 notes:
   - Supports check mode and diff.
 seealso:
@@ -184,11 +202,10 @@ rollback:
 """
 
 import os
-import shutil
-import tempfile
-import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
@@ -199,14 +216,6 @@ DEFAULTS = {
 
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
-
-
-def read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
 
 
 def detect_runtime(module: AnsibleModule) -> str:
@@ -230,7 +239,7 @@ def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
     """CRI-O's config files in the order it reads them, without our drop-in. CRI-O reads every file of its
     drop-in directory, whatever the name (seen with CRI-O 1.34: it loaded an editor's backup file)."""
     sources = []
-    text = read(config)
+    text = read_text(config)
     if text is not None:
         sources.append((config, text))
     directory = os.path.dirname(drop_in)
@@ -238,37 +247,8 @@ def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
         for name in sorted(os.listdir(directory)):
             path = os.path.join(directory, name)
             if path != drop_in and os.path.isfile(path):
-                sources.append((path, read(path) or ""))
+                sources.append((path, read_text(path) or ""))
     return sources
-
-
-def backup(module: AnsibleModule, path: str, directory: str | None) -> str:
-    """A copy of path, beside it or in directory; returns the copy's path."""
-    if not directory:
-        return module.backup_local(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    dest = os.path.join(directory, f"{os.path.basename(path)}.{time.strftime('%Y-%m-%d@%H:%M:%S')}~")
-    shutil.copy2(path, dest)
-    return dest
-
-
-def write(module: AnsibleModule, path: str, text: str, mode_from: str | None, backup_dir: str | None) -> str:
-    """Atomically replace path with text; returns the backup path ('' for a new file)."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    exists = os.path.exists(path)
-    saved = backup(module, path, backup_dir) if exists and module.params["backup"] else ""
-    ref = path if exists else mode_from
-    mode = os.stat(ref).st_mode & 0o7777 if ref and os.path.exists(ref) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, mode)
-    module.atomic_move(tmp, path, unsafe_writes=False)
-    # atomic_move gives a new file the default mode: set ours (a drop-in may carry the main file's secrets).
-    os.chmod(path, mode)
-    return saved
 
 
 def main() -> None:
@@ -311,9 +291,9 @@ def main() -> None:
                 version = cr.containerd_version(run(module, [module.get_bin_path("containerd", required=True), "--version"]))
             binary = module.get_bin_path("containerd")
             plan = cr.plan_containerd(
-                version=version, main_path=config, main_text=read(config),
+                version=version, main_path=config, main_text=read_text(config),
                 defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
-                drop_in_path=drop_in, drop_in_text=read(drop_in) if drop_in else None,
+                drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
                 cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
             result["runtime_version"] = ".".join(map(str, version))
@@ -324,39 +304,36 @@ def main() -> None:
             if p["cdi"] == "skip":
                 module.warn("cdi: skip has no effect on CRI-O, whose CDI support is always on")
             plan = cr.plan_crio(
-                sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read(drop_in),
+                sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read_text(drop_in),
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
                 cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
-        toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read(p["toolkit_config"]),
+        toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read_text(p["toolkit_config"]),
                                   mode=p["toolkit_mode"], settings=p["toolkit_settings"])
-    except cr.ConfigError as exc:
+    except (cr.ConfigError, NotTextError) as exc:
         module.fail_json(msg=str(exc), **result)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)
     for warning in plan["warnings"]:
         module.warn(warning)
 
     runtime_files = plan["files"]
     all_files = {**runtime_files, **toolkit["files"]}
-    before = {path: read(path) for path in all_files}
-    diff = [{"before_header": path, "after_header": path, "before": before[path] or "", "after": text}
-            for path, text in all_files.items()]
-    rollback = []
-    if not module.check_mode:
-        main_file = config if runtime == "containerd" else None
+    tracker = ChangeTracker(module._diff, always_list=True)
+    written: list[FileResult] = []
+    try:
         for path, text in all_files.items():
-            # CRI-O would load a backup left in its drop-in directory as configuration.
-            crio_dir = runtime == "crio" and os.path.dirname(path) == os.path.dirname(drop_in)
-            backup_dir = p["backup_dir"] or (os.path.join(os.path.dirname(os.path.dirname(drop_in)), "gpuops-backups")
-                                             if crio_dir else None)
-            saved = write(module, path, text, mode_from=main_file, backup_dir=backup_dir)
-            if path in runtime_files:
-                rollback.append({"path": path, "backup": saved, "existed": before[path] is not None})
-    else:
-        rollback = [{"path": path, "backup": "", "existed": before[path] is not None} for path in runtime_files]
+            written.append(write_text(
+                module, path, text, mode_from=config if runtime == "containerd" else None, backup=p["backup"],
+                backup_dir=cr.backup_dir_for(path, runtime=runtime, drop_in=drop_in, backup_dir=p["backup_dir"])))
+            tracker.add_file(written[-1])
+    except OSError as exc:
+        module.fail_json(msg=f"writing {path} failed: {exc}", files=sorted(all_files),
+                         rollback=[r.rollback() for r in written if r.path in runtime_files], **result)
     result.update(
-        changed=bool(all_files), files=sorted(all_files), restart_required=bool(runtime_files), rollback=rollback,
+        changed=tracker.changed, files=sorted(all_files), restart_required=bool(runtime_files),
+        rollback=[r.rollback() for r in written if r.path in runtime_files],
         cdi_enabled=plan["cdi_enabled"], cdi_supported=plan["cdi_supported"])
-    if module._diff:
-        result["diff"] = diff
+    tracker.update(result)
     module.exit_json(**result)
 
 

@@ -53,6 +53,30 @@ options:
     type: str
     choices: ["auto", "true", "false"]
     default: auto
+  backup:
+    description:
+      - Keep a copy of the managed file before it is replaced or removed, beside it, named
+        C(<file>.<pid>.<date>@<time>~) (kmod reads only C(.conf) files, so the copy is not read as configuration).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Reports the file change, the initramfs rebuild and the unload it would make, and makes none of them; a
+        C(modprobe -r) that would fail (a holder appearing in between) cannot be foreseen.
+  diff_mode:
+    support: full
+    details:
+      - The managed modprobe file's text before and after.
+  idempotent:
+    support: full
+    details:
+      - Once the file is written, the initramfs images are newer than it and nouveau is unloaded, a second run
+        changes nothing; a nouveau that cannot be unloaded is reported again in RV(reboot_required), not as a change.
 """
 
 EXAMPLES = r"""
@@ -97,38 +121,35 @@ reboot_reason:
   description: Why.
   returned: always
   type: str
+backup_file:
+  description: The copy of the managed file made before it was replaced or removed.
+  returned: when O(backup=true) and the file was replaced or removed
+  type: str
+  sample: /etc/modprobe.d/gpuops-blacklist-nouveau.conf.2041.2026-11-21@10:00:00~
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
 _C_ENV = {"LC_ALL": "C", "LANG": "C"}
 
 
-def _read(path: str) -> str | None:
+def _read_info(path: str) -> str | None:
+    """A file read only to learn something (another package's modprobe file, /proc/modules): one that
+    cannot be read counts as absent. The managed file itself is read with read_text: an error there fails."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError):
+        return read_text(path, errors="replace")
+    except OSError:
         return None
 
 
 def _mtime(path: str) -> float:
     return os.stat(path).st_mtime
-
-
-def _write(module: AnsibleModule, path: str, content: str) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".gpuops-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    os.chmod(tmp, 0o644)
-    module.atomic_move(tmp, path)
 
 
 def _initramfs_tool(module: AnsibleModule) -> tuple[str | None, str | None]:
@@ -149,26 +170,29 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "sysroot": {"type": "path", "default": "/"},
             "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "backup": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     ours = os.path.join(p["sysroot"], p["directory"].lstrip("/"), nv.FILE_NAME)
-    current = _read(ours)
-    others = nv.blacklisted_by(nv.effective_conf_files(p["sysroot"]), ours, _read)
-    # Written unless somebody else already blacklists nouveau; kept once it is ours.
-    wanted_here = current is not None or not others
-    want = nv.CONTENT if p["state"] == "present" and wanted_here else None
-    file_changed = want != current and not (want is None and current is None)
-    result: dict = {"path": ours, "blacklisted_by": others, "loaded": False, "unloaded": False,
+    result: dict = {"path": ours, "blacklisted_by": [], "loaded": False, "unloaded": False,
                     "reboot_required": False, "reboot_reason": ""}
-    if file_changed:
-        result["diff"] = {"before": current or "", "after": want or "", "before_header": ours, "after_header": ours}
-        if not module.check_mode:
-            if want is None:
-                os.remove(ours)
-            else:
-                _write(module, ours, want)
+    tracker = ChangeTracker(module._diff)
+    try:
+        current = read_text(ours, errors="replace")
+        others = nv.blacklisted_by(nv.effective_conf_files(p["sysroot"]), ours, _read_info)
+        # Written unless somebody else already blacklists nouveau; kept once it is ours.
+        wanted_here = current is not None or not others
+        want = nv.CONTENT if p["state"] == "present" and wanted_here else None
+        # A new file is 0644; an existing one keeps its mode.
+        done = write_text(module, ours, want, backup=p["backup"]) if want is not None else remove_file(module, ours, backup=p["backup"])
+    except OSError as exc:
+        module.fail_json(msg=f"the managed file {ours} cannot be read or written: {exc}", **result)
+    result["blacklisted_by"] = others
+    file_changed = tracker.add_file(done)
+    if done.backup:
+        result["backup_file"] = done.backup
 
     tool, tool_path = _initramfs_tool(module)
     images = nv.initramfs_images(p["sysroot"], tool)
@@ -186,7 +210,7 @@ def main() -> None:
         result["initramfs"]["rebuilt"] = bool(command)
 
     image_build = is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true"
-    use = nv.module_use(_read(os.path.join(p["root"], "proc/modules")) or "")
+    use = nv.module_use(_read_info(os.path.join(p["root"], "proc/modules")) or "")
     result["loaded"] = use is not None
     if p["state"] == "present" and use is not None and not image_build:
         blocker = nv.unload_blocker(use)
@@ -205,7 +229,7 @@ def main() -> None:
         if blocker:
             result.update(reboot_required=True, reboot_reason=blocker + "; it goes at the next boot")
     result["changed"] = file_changed or result["initramfs"]["rebuilt"] or result["unloaded"]
-    module.exit_json(**result)
+    module.exit_json(**tracker.update(result))
 
 
 if __name__ == "__main__":

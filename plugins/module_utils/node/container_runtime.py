@@ -18,6 +18,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 try:
     import tomlkit
@@ -51,7 +52,7 @@ class ConfigError(Exception):
 # TOML helpers
 
 
-def parse(text: str | None, path: str):
+def parse(text: str | None, path: str) -> Any:
     """The tomlkit document of a file's text (an empty document for a missing file)."""
     try:
         return tomlkit.parse(text or "")
@@ -59,7 +60,7 @@ def parse(text: str | None, path: str):
         raise ConfigError(f"{path} does not parse as TOML at line {exc.line}, column {exc.col}: {exc}") from exc
 
 
-def plain(value):
+def plain(value: Any) -> Any:
     """tomlkit items as plain Python values (dict, list, bool, int, float, str)."""
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
@@ -78,7 +79,7 @@ def plain(value):
     return value
 
 
-def get_path(data: Mapping | None, path: tuple[str, ...]):
+def get_path(data: Any, path: tuple[str, ...]) -> Any:
     """The value at a key path of plain data, or None."""
     node = data
     for key in path:
@@ -99,7 +100,7 @@ def merged(base: Mapping, over: Mapping) -> dict:
     return out
 
 
-def _set_plain(data: dict, path: tuple[str, ...], value) -> None:
+def _set_plain(data: dict, path: tuple[str, ...], value: Any) -> None:
     for key in path[:-1]:
         data = data.setdefault(key, {})
     if value is None:
@@ -108,7 +109,7 @@ def _set_plain(data: dict, path: tuple[str, ...], value) -> None:
         data[path[-1]] = copy.deepcopy(value)
 
 
-def _apply(table, desired: Mapping) -> None:
+def _apply(table: Any, desired: Mapping) -> None:
     """Make a tomlkit table hold `desired`'s keys, touching only the keys whose value differs."""
     for key, value in desired.items():
         current = table.get(key)
@@ -118,7 +119,7 @@ def _apply(table, desired: Mapping) -> None:
             table[key] = value
 
 
-def _table_at(doc, path: tuple[str, ...]):
+def _table_at(doc: Any, path: tuple[str, ...]) -> Any:
     """The tomlkit table at a key path, created (as implicit super tables where possible) when missing."""
     node = doc
     for key in path:
@@ -135,14 +136,14 @@ def _table_at(doc, path: tuple[str, ...]):
 class Editor:
     """In-place edits of one TOML file that record what they change, checked by `finish`."""
 
-    def __init__(self, text: str | None, path: str):
+    def __init__(self, text: str | None, path: str) -> None:
         self.path = path
         self.text = text
         self.doc = parse(text, path)
         self.before = plain(self.doc)
         self.expected = copy.deepcopy(self.before)
 
-    def set(self, path: tuple[str, ...], value) -> None:
+    def set(self, path: tuple[str, ...], value: Any) -> None:
         if get_path(self.expected, path) == value:
             return
         parent = _table_at(self.doc, path[:-1])
@@ -161,7 +162,7 @@ class Editor:
         del parent[path[-1]]
         _set_plain(self.expected, path, None)
 
-    def prepend(self, key: str, value) -> None:
+    def prepend(self, key: str, value: Any) -> None:
         """A top-level key placed before the first table (TOML requires it there)."""
         if get_path(self.expected, (key,)) == value:
             return
@@ -193,7 +194,7 @@ def _key(key: str) -> str:
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
-def _scalar(value, where: str) -> str:
+def _scalar(value: Any, where: str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -366,7 +367,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     # Options come from the main file's default runtime, or from containerd's defaults when it has none.
     inherited = inherited_runtime(main.before, plugin, name)
     default_text = defaults() if inherited is None and defaults is not None else None
-    changes: list[tuple[tuple[str, ...], object]] = []
+    changes: list[tuple[tuple[str, ...], Any]] = []
     if default_text:
         data = plain(parse(default_text, "containerd config default"))
         default_plugin = runtime_plugin(config_version(data) or wanted)
@@ -390,10 +391,10 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     files: dict[str, str] = {}
     if not drop_in_path and not main.before:
         # No config yet: the file is wholly ours.
-        data: dict = {"version": cfg}
+        whole: dict = {"version": cfg}
         for path, value in changes:
-            _set_plain(data, path, value)
-        files[main_path] = dump_toml(data, header=f"Written by gpuops.nvidia container_runtime: the {name} runtime.")
+            _set_plain(whole, path, value)
+        files[main_path] = dump_toml(whole, header=f"Written by gpuops.nvidia container_runtime: the {name} runtime.")
     elif not drop_in_path:
         for path, value in changes:
             main.set(path, value)
@@ -462,6 +463,17 @@ def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text
                      header=f"Written by gpuops.nvidia container_runtime: the {name} runtime for CRI-O (CDI is native to it).")
     files = {} if text == drop_in_text else {drop_in_path: text}
     return {"files": files, "cdi_enabled": True, "cdi_supported": True, "warnings": [], "runtime": table}
+
+
+def backup_dir_for(path: str, *, runtime: str, drop_in: str, backup_dir: str | None) -> str | None:
+    """Where the backup of a file written goes: backup_dir when given; None (beside the file) otherwise,
+    except for a file in CRI-O's drop-in directory, which CRI-O reads whole whatever the names (a backup
+    there would be loaded as configuration, and win): those go to `gpuops-backups` beside that directory."""
+    if backup_dir:
+        return backup_dir
+    if runtime == "crio" and drop_in and os.path.dirname(path) == os.path.dirname(drop_in):
+        return os.path.join(os.path.dirname(os.path.dirname(drop_in)), "gpuops-backups")
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

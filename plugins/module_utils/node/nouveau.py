@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 FILE_NAME = "gpuops-blacklist-nouveau.conf"
 CONTENT = (
@@ -41,7 +42,7 @@ def effective_conf_files(root: str) -> dict[str, str]:
     return seen
 
 
-def blacklisted_by(files: dict[str, str], ours: str, read) -> list[str]:
+def blacklisted_by(files: dict[str, str], ours: str, read: Callable[[str], str | None]) -> list[str]:
     """Paths of the files, other than ours, that keep nouveau from loading."""
     found = []
     for path in sorted(set(files.values())):
@@ -85,7 +86,7 @@ def initramfs_images(root: str, tool: str | None) -> list[str]:
     return sorted(os.path.join(boot, n) for n in names if n.startswith(prefix) and not os.path.islink(os.path.join(boot, n)))
 
 
-def stale_images(images: list[str], conf_mtime: float | None, mtime) -> list[str]:
+def stale_images(images: list[str], conf_mtime: float | None, mtime: Callable[[str], float]) -> list[str]:
     """Images older than the blacklist file: they were made without it (an interrupted earlier run)."""
     if conf_mtime is None:
         return []

@@ -51,3 +51,9 @@ def test_each_rule_catches_its_fault(break_it, message):
     spec = copy.deepcopy(SPEC)
     break_it(spec)
     assert any(message in e for e in cdi.validate(spec)), cdi.validate(spec)
+
+
+def test_device_names_are_the_names_in_order_and_only_names():
+    assert cdi.device_names(SPEC)[-1] == "all" and cdi.device_names(SPEC)[0] == SPEC["devices"][0]["name"]
+    # A device without a usable name has been refused by validate(); it is not counted as a name.
+    assert cdi.device_names({"devices": [{"name": "0"}, {"containerEdits": {}}, {"name": 7}, "x"]}) == ["0"]

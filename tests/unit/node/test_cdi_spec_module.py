@@ -93,3 +93,86 @@ def test_absent_and_bad_path(node):
     assert run(state="absent")["changed"] and not spec.exists()
     assert not run(state="absent")["changed"]
     assert "must end in .json, .yaml or .yml" in run(path=str(spec.with_suffix(".conf")))["msg"]
+
+
+def test_no_diff_without_diff_mode(node):
+    spec, run = node[:2]
+    res = run(_ansible_diff=False)
+    assert res["changed"] and spec.read_text() == RECORDED and "diff" not in res
+    res = run(_ansible_diff=False, state="absent")
+    assert res["changed"] and not spec.exists() and "diff" not in res
+
+
+def test_the_diff_names_the_file_when_written_and_removed(node):
+    spec, run = node[:2]
+    assert run()["diff"] == {"before_header": str(spec), "after_header": str(spec), "before": "", "after": RECORDED}
+    assert "diff" not in run(), "no change, no diff"
+    assert run(state="absent")["diff"] == {"before_header": str(spec), "after_header": str(spec), "before": RECORDED, "after": ""}
+    assert "diff" not in run(state="absent")
+
+
+def test_backup_of_the_spec_replaced_or_removed(node):
+    spec, run = node[:2]
+    spec.parent.mkdir(parents=True)
+    spec.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    res = run(backup=True)
+    saved = Path(res["backup_file"])
+    assert saved.read_text() == "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n" and spec.read_text() == RECORDED
+    # The CDI loaders read .json, .yaml and .yml only: the copy must not end in one of them.
+    assert saved.parent == spec.parent and saved.name.startswith("nvidia.yaml.") and saved.name.endswith("~")
+    assert "backup_file" not in run(backup=True), "an unchanged spec is not copied"
+    res = run(backup=True, state="absent")
+    assert not spec.exists() and Path(res["backup_file"]).read_text() == RECORDED
+
+
+def test_no_backup_unless_asked(node):
+    spec, run = node[:2]
+    spec.parent.mkdir(parents=True)
+    spec.write_text("cdiVersion: 0.5.0\n")
+    res = run()
+    assert res["changed"] and "backup_file" not in res
+    run(state="absent")
+    assert list(spec.parent.iterdir()) == []
+
+
+def test_check_mode_removes_nothing_and_makes_no_backup(node):
+    spec, run = node[:2]
+    run()
+    res = run(check=True, state="absent", backup=True)
+    assert res["changed"] and "backup_file" not in res and res["diff"]["before"] == RECORDED
+    assert [p.name for p in spec.parent.iterdir()] == ["nvidia.yaml"]
+
+
+def test_the_spec_is_0644_whatever_the_one_replaced_had(node):
+    spec, run = node[:2]
+    spec.parent.mkdir(parents=True)
+    spec.write_text("cdiVersion: 0.5.0\n")
+    spec.chmod(0o600)
+    run()
+    assert oct(spec.stat().st_mode & 0o777) == "0o644"
+
+
+def test_nothing_but_the_spec_is_left_in_the_directory_the_runtimes_watch(node, monkeypatch):
+    spec, run = node[:2]
+    seen = []
+    real = basic.AnsibleModule.atomic_move
+
+    def atomic_move(self, src, dest, **kw):
+        seen.append((Path(src).parent, sorted(p.name for p in spec.parent.iterdir()) if spec.parent.exists() else []))
+        return real(self, src, dest, **kw)
+
+    monkeypatch.setattr(basic.AnsibleModule, "atomic_move", atomic_move)
+    run()
+    (tmp_dir, listed), = seen
+    assert tmp_dir != spec.parent and listed == []
+    assert [p.name for p in spec.parent.iterdir()] == ["nvidia.yaml"]
+    assert not list(spec.parent.parent.glob(".gpuops-cdi-*"))
+
+
+def test_a_directory_in_the_specs_place_fails_without_a_traceback(node):
+    spec, run = node[:2]
+    spec.mkdir(parents=True)
+    res = run()
+    assert res["failed"] and "Is a directory" in res["msg"] and spec.is_dir()
+    res = run(state="absent")
+    assert res["failed"] and "Is a directory" in res["msg"] and spec.is_dir()

@@ -239,3 +239,18 @@ def test_a_default_runtime_already_defined_is_not_rewritten():
     p = plan((1, 7, 12), V2, DEFAULT_16)
     runc = runtimes(data(p["files"][MAIN]), cr.CRI_V2)["runc"]
     assert runc == {"runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}
+
+
+@pytest.mark.parametrize(("path", "runtime", "backup_dir", "expected"), [
+    # Beside the file, unless a directory is given.
+    ("/etc/containerd/config.toml", "containerd", None, None),
+    ("/etc/containerd/conf.d/99-nvidia.toml", "containerd", None, None),
+    ("/etc/containerd/config.toml", "containerd", "/var/backups/gpuops", "/var/backups/gpuops"),
+    # CRI-O reads its whole drop-in directory: backups of files there go outside it.
+    ("/etc/crio/crio.conf.d/99-nvidia.toml", "crio", None, "/etc/crio/gpuops-backups"),
+    ("/etc/crio/crio.conf.d/99-nvidia.toml", "crio", "/var/backups/gpuops", "/var/backups/gpuops"),
+    ("/etc/nvidia-container-runtime/config.toml", "crio", None, None),
+])
+def test_where_backups_go(path, runtime, backup_dir, expected):
+    drop_in = "/etc/crio/crio.conf.d/99-nvidia.toml" if runtime == "crio" else "/etc/containerd/conf.d/99-nvidia.toml"
+    assert cr.backup_dir_for(path, runtime=runtime, drop_in=drop_in, backup_dir=backup_dir) == expected

@@ -120,3 +120,70 @@ def test_crio_drop_in_backups_stay_out_of_the_directory_crio_reads_whole(node):
     assert saved.startswith(str(etc / "crio/gpuops-backups") + "/99-nvidia.toml.")
     assert sorted(p.name for p in conf_d.iterdir()) == ["50-site", "99-nvidia.toml"]
     assert Path(saved).read_text() == text
+
+
+def test_no_diff_without_diff_mode(node):
+    etc, run, _calls, _v = node
+    res = run(_ansible_diff=False, toolkit_mode="cdi")
+    assert res["changed"] and "diff" not in res
+    assert 'mode = "cdi"' in (etc / "nvidia-container-runtime/config.toml").read_text()
+
+
+def test_the_diff_is_a_list_even_for_one_file(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    run()
+    res = run(toolkit_mode="legacy")
+    toolkit = str(etc / "nvidia-container-runtime/config.toml")
+    assert res["diff"] == [{"before_header": toolkit, "after_header": toolkit, "before": "",
+                            "after": (etc / "nvidia-container-runtime/config.toml").read_text()}]
+    assert not res["restart_required"] and res["rollback"] == []
+    assert "diff" not in run(toolkit_mode="legacy")
+
+
+def test_two_files_of_one_name_get_two_backups_in_backup_dir(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    (etc / "nvidia-container-runtime").mkdir()
+    (etc / "nvidia-container-runtime/config.toml").write_text('[nvidia-container-runtime]\nmode = "auto"\n')
+    backups = etc.parent / "backups"
+    res = run(backup_dir=str(backups), toolkit_mode="cdi")
+    (main,) = [r for r in res["rollback"] if r["path"] == str(etc / "containerd/config.toml")]
+    assert Path(main["backup"]).parent == backups
+    # Both config.toml files are saved, under two names, whatever second they are saved in.
+    assert sorted(p.read_text() for p in backups.iterdir()) == sorted(
+        [(PLANTED / "planted-v3.toml").read_text(), '[nvidia-container-runtime]\nmode = "auto"\n'])
+
+
+def test_no_backup_when_off(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    res = run(backup=False)
+    assert sorted(res["rollback"], key=lambda r: r["path"]) == [
+        {"path": str(etc / "containerd/conf.d/99-nvidia.toml"), "backup": "", "existed": False},
+        {"path": str(etc / "containerd/config.toml"), "backup": "", "existed": True}]
+    assert sorted(p.name for p in (etc / "containerd").iterdir()) == ["conf.d", "config.toml"]
+
+
+def test_check_mode_rollback_has_no_backup_and_nothing_is_written(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    before = files(etc)
+    res = run(check=True)
+    assert sorted(res["rollback"], key=lambda r: r["path"]) == [
+        {"path": str(etc / "containerd/conf.d/99-nvidia.toml"), "backup": "", "existed": False},
+        {"path": str(etc / "containerd/config.toml"), "backup": "", "existed": True}]
+    assert files(etc) == before and not (etc / "containerd/conf.d").exists()
+
+
+def test_a_config_that_cannot_be_read_is_refused_before_writing(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").mkdir()
+    res = run()
+    assert res["failed"] and "Is a directory" in res["msg"] and str(etc / "containerd/config.toml") in res["msg"]
+    assert files(etc) == {}
+    (etc / "containerd/config.toml").rmdir()
+    (etc / "containerd/config.toml").write_bytes(b"version = 3\n# \xff\n")
+    res = run()
+    assert res["failed"] and "is not UTF-8 text" in res["msg"]
+    assert sorted(p.name for p in etc.rglob("*")) == ["config.toml", "containerd"]

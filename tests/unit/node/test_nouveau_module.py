@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
@@ -114,3 +115,84 @@ def test_nouveau_read_from_another_root_is_not_unloaded(host):
 def test_the_module_result_is_json(host):
     run = host[1]
     json.dumps(run())
+
+
+def test_an_existing_file_keeps_its_mode_and_a_new_one_is_0644(host):
+    sysroot, run = host[:2]
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text("blacklist nouveau\n")  # an older version of ours
+    path.chmod(0o600)
+    res = run()
+    assert res["changed"] and path.read_text() == nv.CONTENT and oct(path.stat().st_mode & 0o777) == "0o600"
+    path.unlink()
+    run()
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_no_diff_without_diff_mode(host):
+    sysroot, run = host[:2]
+    res = run(diff=False)
+    assert res["changed"] and "diff" not in res
+    assert (sysroot / "etc/modprobe.d" / nv.FILE_NAME).read_text() == nv.CONTENT
+    assert "diff" not in run(diff=False, state="absent")
+
+
+def test_the_diff_names_the_file(host):
+    sysroot, run = host[:2]
+    path = str(sysroot / "etc/modprobe.d" / nv.FILE_NAME)
+    res = run()
+    assert res["diff"] == {"before_header": path, "after_header": path, "before": "", "after": nv.CONTENT}
+    res = run(state="absent")
+    assert res["diff"] == {"before_header": path, "after_header": path, "before": nv.CONTENT, "after": ""}
+
+
+def test_backup_of_the_file_replaced_or_removed(host):
+    sysroot, run = host[:2]
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text("blacklist nouveau\n")
+    res = run(backup=True)
+    saved = res["backup_file"]
+    assert saved.startswith(str(path) + ".") and saved.endswith("~") and not saved.endswith(".conf")
+    assert Path(saved).read_text() == "blacklist nouveau\n" and path.read_text() == nv.CONTENT
+    assert "backup_file" not in run(backup=True), "an unchanged file is not copied"
+    removed = run(backup=True, state="absent")
+    assert not path.exists() and Path(removed["backup_file"]).read_text() == nv.CONTENT
+
+
+def test_no_backup_unless_asked(host):
+    sysroot, run = host[:2]
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text("blacklist nouveau\n")
+    res = run()
+    assert res["changed"] and "backup_file" not in res
+    assert sorted(p.name for p in path.parent.iterdir()) == [nv.FILE_NAME]
+
+
+def test_check_mode_makes_no_backup(host):
+    sysroot, run = host[:2]
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    path.parent.mkdir(parents=True)
+    path.write_text("blacklist nouveau\n")
+    res = run(check=True, backup=True)
+    assert res["changed"] and "backup_file" not in res
+    assert sorted(p.name for p in path.parent.iterdir()) == [nv.FILE_NAME] and path.read_text() == "blacklist nouveau\n"
+
+
+def test_a_managed_file_that_cannot_be_read_fails_before_anything_is_done(host):
+    sysroot, run, calls = host[:3]
+    (sysroot / "etc/modprobe.d" / nv.FILE_NAME).mkdir(parents=True)
+    res = run()
+    assert res["failed"] and "Is a directory" in res["msg"] and nv.FILE_NAME in res["msg"]
+    assert calls == []
+
+
+def test_another_blacklist_that_is_not_utf8_is_still_found(host):
+    # kmod reads bytes: a comment in Latin-1 does not hide the blacklist line from it, nor from us.
+    sysroot, run = host[:2]
+    (sysroot / "usr/lib/modprobe.d").mkdir(parents=True)
+    (sysroot / "usr/lib/modprobe.d/latin1.conf").write_bytes(b"# caf\xe9\nblacklist nouveau\n")
+    res = run()
+    assert res["blacklisted_by"] == [str(sysroot / "usr/lib/modprobe.d/latin1.conf")] and not res["changed"]
