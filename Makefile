@@ -87,8 +87,9 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 unit: venv collection ## unit tests
 	$(BIN)/pytest tests/unit
 
-lint: venv collection ## ruff, ansible-lint (production profile)
+lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansible-lint (production profile)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/ansible-lint --offline
 	$(BIN)/antsibull-changelog lint
 

@@ -25,7 +25,7 @@ _READ = """
 import json, sys
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 root, lib = sys.argv[1], sys.argv[2]
-print(json.dumps(collect(root, lib or None, {}, "none")))
+print(json.dumps(collect(root, lib or None)))
 """
 
 

@@ -3,59 +3,15 @@
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
----
-name: preflight
-short_description: The preflight findings and report for a node's gpu_info
-version_added: 0.1.0
-author:
-  - gpuops.nvidia maintainers (@gpuops)
-description:
-  - Computes from the structure returned by M(gpuops.nvidia.gpu_info) what will block the install
-    (blockers) or deserves attention (warnings), each with its fix, and a readable report.
-positional: distribution, major_version, settings, host
-options:
-  _input:
-    description: The C(gpu_info) structure.
-    type: dict
-    required: true
-  distribution:
-    description: C(ansible_facts.distribution).
-    type: str
-    required: true
-  major_version:
-    description: C(ansible_facts.distribution_major_version).
-    type: str
-    required: true
-  settings:
-    description: C(driver_method) (precompiled, dkms, containerized, none) and C(fabricmanager_enabled).
-    type: dict
-    required: true
-  host:
-    description: Host name for the report's heading.
-    type: str
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Compute the findings
-  ansible.builtin.set_fact:
-    preflight: >-
-      {{ gpu.gpu_info | gpuops.nvidia.preflight(ansible_facts.distribution, ansible_facts.distribution_major_version,
-         {'driver_method': 'precompiled', 'fabricmanager_enabled': true}, inventory_hostname) }}
-"""
-
-RETURN = r"""
-_value:
-  description: C(findings) (list of id, severity, message, fix), C(blockers) (count) and C(report) (lines).
-  type: dict
-"""
+from collections.abc import Callable
+from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import Settings, findings, report_lines
 
 
-def preflight(gpu_info: dict, distribution: str, major_version: str, settings: dict, host: str) -> dict:
+def preflight(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings, host: str) -> dict[str, Any]:
     try:
         found = findings(gpu_info, distribution, str(major_version), settings)
     except ValueError as exc:
@@ -70,5 +26,5 @@ def preflight(gpu_info: dict, distribution: str, major_version: str, settings: d
 class FilterModule:
     """The collection's filters."""
 
-    def filters(self) -> dict:
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {"preflight": preflight}

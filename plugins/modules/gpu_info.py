@@ -19,8 +19,11 @@ description:
     the supported GPU-instance profiles and, in MIG mode, the MIG devices that exist (UUID, profile name as GFD
     spells it, memory, slices, engines), and persistence mode. When the binding or the library is missing or
     the driver is not loaded, C(nvml.status) says which and the PCI view is still returned.
-  - Node state, the recommended kernel module type, whether Fabric Manager is required, and the node labels
-    GPU Feature Discovery would set.
+  - Node state (kernel modules, Secure Boot, kernels, image build), the recommended kernel module type and
+    whether Fabric Manager is required.
+  - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
+    depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
+  - The structure is versioned by C(schema_version) (2 since the GFD labels left it).
   - Never changes anything; always returns C(changed=false).
 author:
   - gpuops.nvidia maintainers (@gpuops)
@@ -35,41 +38,29 @@ options:
     description:
       - Path of the NVML library to load instead of the default C(libnvidia-ml.so.1).
     type: path
-  sharing:
-    description: GPU sharing the labels are computed for, as the device plugin will be configured.
-    type: dict
-    default: {}
-    suboptions:
-      strategy:
-        description: Sharing strategy.
-        type: str
-        choices: [none, time-slicing, mps]
-        default: none
-      replicas:
-        description: Replicas of each GPU; at least 2 with a sharing strategy.
-        type: int
-        default: 1
-      rename_by_default:
-        description: Whether shared GPUs are advertised as C(nvidia.com/gpu.shared), which keeps the product label.
-        type: bool
-        default: false
-  mig_strategy:
-    description: MIG strategy the labels are computed for.
-    type: str
-    choices: [none, single, mixed]
-    default: none
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
 attributes:
   check_mode:
-    description: Reads only, so it runs the same in check mode.
     support: full
+    details:
+      - It only reads (sysfs, C(/proc) and NVML), so it runs the same in check mode.
   diff_mode:
-    description: Changes nothing, so there is no diff.
     support: none
+    details:
+      - It changes nothing, so there is no diff.
+  idempotent:
+    support: full
+    details:
+      - It never changes anything and always returns C(changed=false).
 seealso:
-  - name: GPU Feature Discovery labels
-    description: The labels C(derived.labels) reproduces.
+  - module: gpuops.nvidia.driver_info
+    description: Plans the driver install from this structure.
+  - name: GPU Feature Discovery
+    description: Its node labels, which the cluster roles compute from this structure with the cluster's sharing and MIG strategy.
     link: https://github.com/NVIDIA/k8s-device-plugin
 """
 
@@ -85,11 +76,10 @@ EXAMPLES = r"""
       {{ gpu.gpu_info.derived.kernel_module_type.type }},
       fabric manager {{ gpu.gpu_info.derived.fabric_manager.required }}
 
-- name: Labels for a node whose GPUs are time-sliced four ways
-  gpuops.nvidia.gpu_info:
-    sharing:
-      strategy: time-slicing
-      replicas: 4
+- name: Stop when the node has GPUs but NVML did not answer
+  ansible.builtin.assert:
+    that: gpu.gpu_info.nvml.status == 'ok' or gpu.gpu_info.summary.gpu_count == 0
+    fail_msg: "NVML: {{ gpu.gpu_info.nvml.status }} ({{ gpu.gpu_info.nvml.error }})"
 
 - name: Read an image being built in /mnt/image, with its own NVML library
   gpuops.nvidia.gpu_info:
@@ -99,71 +89,180 @@ EXAMPLES = r"""
 
 RETURN = r"""
 gpu_info:
-  description: Everything read, and what follows from it.
+  description:
+    - Everything read, and what follows from it. Declared as typed structures in the collection's
+      C(module_utils/_common/facts.py), versioned by C(schema_version).
   returned: always
   type: dict
   contains:
     schema_version:
-      description: Version of this structure.
+      description: Version of this structure; 2 since the GFD node labels left it (C(derived.labels), C(derived.labels_source)).
       type: int
-      sample: 1
+      sample: 2
+    root:
+      description: The directory C(sys/) and C(proc/) were read under (the O(root) option).
+      type: str
+      sample: /
     pci:
-      description: C(gpus), C(nvswitches) and C(network) devices from sysfs, in bus order.
+      description: NVIDIA devices from sysfs, in bus order, with no driver needed.
       type: dict
-      sample:
+      contains:
         gpus:
-          - bus_id: "0000:18:00.0"
-            device_id: "2330"
-            class: "0302"
-            architecture: hopper
-            name: NVIDIA H100 80GB HBM3
-            compute_capability: "9.0"
-            numa_node: 0
-            driver: nvidia
-        nvswitches: []
-        network: []
+          description:
+            - GPUs (class 0300 or 0302). Each has C(bus_id), C(vendor_id), C(device_id), C(subsystem_vendor_id),
+              C(subsystem_device_id), C(class), C(numa_node) (null when unknown) and C(driver) (the bound kernel
+              driver, or null), and from the collection's device table C(architecture) (C(unknown) for an id it
+              does not list), C(name), C(compute_capability) (both null for an unknown id) and C(grace)
+              (a Grace superchip).
+          type: list
+          elements: dict
+          sample:
+            - bus_id: "0000:18:00.0"
+              vendor_id: 10de
+              device_id: "2330"
+              subsystem_vendor_id: 10de
+              subsystem_device_id: "16c1"
+              class: "0302"
+              numa_node: 0
+              driver: nvidia
+              architecture: hopper
+              name: NVIDIA H100 80GB HBM3
+              compute_capability: "9.0"
+              grace: false
+        nvswitches:
+          description: NVSwitches on the PCI bus, with the keys every device has and C(name) (the switch generation).
+          type: list
+          elements: dict
+          sample: [{bus_id: "0000:05:00.0", device_id: 22a3, class: "0680", name: GH100 NVSwitch}]
+        network:
+          description: NVIDIA (Mellanox) networking devices, with the keys every device has and C(family).
+          type: list
+          elements: dict
+          sample: [{bus_id: "0000:1a:00.0", vendor_id: 15b3, device_id: "1021", class: "0207", family: ConnectX-7}]
     node:
-      description: Loaded modules (nouveau, nvidia modules and their flavour), Secure Boot, kernels, image build.
+      description: The node's kernel state.
       type: dict
-      sample:
-        modules: {nouveau: false, nvidia: [nvidia], flavour: open}
-        secure_boot: disabled
-        kernel: {running: 6.8.0-45-generic, installed: [6.8.0-45-generic]}
-        image_build: false
+      contains:
+        modules:
+          description:
+            - C(nouveau) (loaded), C(nvidia) (the NVIDIA kernel modules loaded) and C(flavour)
+              (C(open) or C(proprietary) for the loaded nvidia module, null when none is loaded).
+          type: dict
+          sample: {nouveau: false, nvidia: [nvidia, nvidia_uvm], flavour: open}
+        secure_boot:
+          description: C(enabled), C(disabled), C(not_efi) (legacy boot) or C(unknown) (EFI, variable unreadable).
+          type: str
+          sample: disabled
+        kernel:
+          description: C(running) (release, or null), C(installed) (releases under C(/lib/modules)) and C(headers_installed) (the running one's).
+          type: dict
+          sample: {running: 6.8.0-45-generic, installed: [6.8.0-45-generic], headers_installed: true}
+        image_build:
+          description: Whether this is an image being built (a chroot, or no systemd running).
+          type: bool
+          sample: false
     nvml:
-      description: The driver's view; C(status) is ok, binding_missing, library_not_found, driver_not_loaded or error.
+      description: The driver's view, read in one NVML session.
       type: dict
-      sample:
-        status: ok
-        driver_version: 550.54.15
-        cuda_driver_version: "12.4"
+      contains:
+        status:
+          description: C(ok), C(binding_missing), C(library_not_found), C(driver_not_loaded) or C(error); C(gpus) is empty unless C(ok).
+          type: str
+          sample: ok
+        error:
+          description: Why NVML did not answer; null when C(status) is C(ok).
+          type: str
+          sample: null
+        library:
+          description: The NVML library loaded (O(nvml_library), or C(libnvidia-ml.so.1)).
+          type: str
+          sample: libnvidia-ml.so.1
+        driver_version:
+          description: The driver's version; null without NVML.
+          type: str
+          sample: 550.54.15
+        cuda_driver_version:
+          description: The CUDA version the driver supports; null without NVML.
+          type: str
+          sample: "12.4"
+        nvml_version:
+          description: NVML's version; null without NVML.
+          type: str
+          sample: 12.550.54.15
         gpus:
-          - index: 0
-            uuid: GPU-4f0c1e7a-8d8e-5b1a-9a43-2f6c1d0e9b11
-            name: NVIDIA A100 80GB PCIe
-            bus_id: "0000:17:00.0"
-            memory_mib: 81920
-            compute_capability: "8.0"
-            persistence_mode: true
-            mig:
-              capable: true
-              current: true
-              pending: true
-              profiles: [{profile: 0, id: 19, name: 1g.10gb, instances: 7, slices: 1, memory_mib: 9728}]
-              devices:
-                - {index: 0, uuid: MIG-0c4b8e5e-3f0a-5d7b-8a1c-6f2e9d4a7b30, profile: 3g.40gb, gpu_instance_id: 1,
-                   compute_instance_id: 0, memory_mib: 40192, multiprocessors: 42, slices_gi: 3, slices_ci: 3}
+          description:
+            - Per GPU, C(index), C(uuid), C(name), C(bus_id) (as sysfs writes it), C(memory_mib),
+              C(compute_capability), C(persistence_mode) and C(mig).
+            - C(mig) has C(capable), C(current) and C(pending) (MIG mode), C(profiles) (the GPU-instance profiles
+              the GPU supports, each with C(profile), C(id), C(name), C(instances), C(slices), C(memory_mib),
+              C(multiprocessors) and C(engines)) and C(devices) (in MIG mode, the MIG devices that exist, each with
+              C(index), C(uuid), C(profile) as GFD spells it, C(gpu_instance_id), C(compute_instance_id),
+              C(memory_mib), C(multiprocessors), C(slices_gi), C(slices_ci) and C(engines)).
+            - C(engines) counts C(copy), C(decoder), C(encoder), C(jpeg) and C(ofa) engines.
+          type: list
+          elements: dict
+          sample:
+            - index: 0
+              uuid: GPU-4f0c1e7a-8d8e-5b1a-9a43-2f6c1d0e9b11
+              name: NVIDIA A100 80GB PCIe
+              bus_id: "0000:17:00.0"
+              memory_mib: 81920
+              compute_capability: "8.0"
+              persistence_mode: true
+              mig:
+                capable: true
+                current: true
+                pending: true
+                profiles:
+                  - {profile: 0, id: 19, name: 1g.10gb, instances: 7, slices: 1, memory_mib: 9728, multiprocessors: 14,
+                     engines: {copy: 1, decoder: 0, encoder: 0, jpeg: 0, ofa: 0}}
+                devices:
+                  - {index: 0, uuid: MIG-0c4b8e5e-3f0a-5d7b-8a1c-6f2e9d4a7b30, profile: 3g.40gb, gpu_instance_id: 1,
+                     compute_instance_id: 0, memory_mib: 40192, multiprocessors: 42, slices_gi: 3, slices_ci: 3,
+                     engines: {copy: 3, decoder: 2, encoder: 0, jpeg: 0, ofa: 0}}
     summary:
-      description: Counts, architectures, whether the driver answered and whether any GPU can do MIG.
+      description: What the rest of the collection reads most.
       type: dict
+      contains:
+        gpu_count:
+          description: GPUs on the PCI bus.
+          type: int
+          sample: 8
+        nvswitch_count:
+          description: NVSwitches on the PCI bus.
+          type: int
+          sample: 4
+        network_count:
+          description: NVIDIA networking devices on the PCI bus.
+          type: int
+          sample: 8
+        architectures:
+          description: The GPUs' architectures, sorted, each once.
+          type: list
+          elements: str
+          sample: [hopper]
+        driver_loaded:
+          description: Whether NVML answered (C(nvml.status) is C(ok)).
+          type: bool
+          sample: true
+        mig_capable:
+          description: Whether any GPU can do MIG; null when NVML reported no GPU.
+          type: bool
+          sample: true
     derived:
-      description: The recommended kernel module type, whether Fabric Manager is required, and the GFD node labels.
+      description: The host-side decisions computed from the hardware.
       type: dict
-      sample:
-        kernel_module_type: {type: open, reason: hopper GPUs support the open modules, NVIDIA's default, error: null}
-        fabric_manager: {required: true, reason: 4 NVSwitch device(s) on the PCI bus, nvlink5: false}
-        labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.count: "8"}
-        labels_source: nvml
+      contains:
+        kernel_module_type:
+          description:
+            - C(type) (C(open), C(proprietary), or null), C(reason), and C(error) when the GPUs need different
+              kernel module types or no GPU is in the device table.
+          type: dict
+          sample: {type: open, reason: "hopper GPUs support the open modules, NVIDIA's default", error: null}
+        fabric_manager:
+          description: C(required), C(reason), and C(nvlink5) (an NVLink5 HGX board, whose NVSwitches are not PCI devices).
+          type: dict
+          sample: {required: true, reason: 4 NVSwitch device(s) on the PCI bus, nvlink5: false}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,22 +274,12 @@ def main() -> None:
         argument_spec={
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
-            "sharing": {
-                "type": "dict",
-                "default": {},
-                "options": {
-                    "strategy": {"type": "str", "choices": ["none", "time-slicing", "mps"], "default": "none"},
-                    "replicas": {"type": "int", "default": 1},
-                    "rename_by_default": {"type": "bool", "default": False},
-                },
-            },
-            "mig_strategy": {"type": "str", "choices": ["none", "single", "mixed"], "default": "none"},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
-        info = collect(p["root"], p["nvml_library"], p["sharing"], p["mig_strategy"])
+        info = collect(p["root"], p["nvml_library"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, gpu_info=info)

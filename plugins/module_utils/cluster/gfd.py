@@ -9,7 +9,9 @@ they belong to the cluster side; gpu_info itself reports hardware only.
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo, MigDevice, NvmlFacts, PciFacts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import CLASS_3D, CLASS_VGA
 
 SHARING_STRATEGIES = ("none", "time-slicing", "mps")
@@ -17,6 +19,26 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9\-_. ]")
 _SPACES = re.compile(r"\s+")
+
+
+class Sharing(TypedDict, total=False):
+    """The device plugin's sharing, as the labels see it; every key has a default."""
+
+    strategy: str  # none, time-slicing, mps
+    replicas: int
+    rename_by_default: bool
+
+
+class LabelGpu(TypedDict, total=False):
+    """One GPU as the labels see it: from NVML when the driver answers, else from the PCI table (no memory, no MIG)."""
+
+    name: str | None
+    memory_mib: int
+    compute_capability: str | None
+    pci_class: str | None
+    mig_capable: bool
+    mig_enabled: bool
+    mig_devices: list[MigDevice]
 
 
 def sanitise(*parts: str) -> str:
@@ -61,7 +83,7 @@ def _version_labels(driver_version: str | None, cuda_version: str | None) -> dic
     return labels
 
 
-def _sharing_labels(prefix: str, product: str, sharing: dict) -> dict[str, str]:
+def _sharing_labels(prefix: str, product: str, sharing: Sharing) -> dict[str, str]:
     replicas = int(sharing.get("replicas") or 1)
     strategy = sharing.get("strategy", "none") if replicas > 1 else "none"
     if replicas > 1 and not sharing.get("rename_by_default", False):
@@ -73,8 +95,9 @@ def _sharing_labels(prefix: str, product: str, sharing: dict) -> dict[str, str]:
     }
 
 
-def _mig_device_labels(prefix: str, parent: str, profile: str, devices: list[dict], sharing: dict) -> dict[str, str]:
+def _mig_device_labels(prefix: str, parent: str, profile: str, devices: list[MigDevice], sharing: Sharing) -> dict[str, str]:
     first = devices[0]
+    engines = first["engines"]
     labels = _sharing_labels(prefix, sanitise(parent, "MIG", profile), sharing)
     labels[f"{prefix}.count"] = str(len(devices))
     labels[f"{prefix}.memory"] = str(first.get("memory_mib", 0))
@@ -82,18 +105,18 @@ def _mig_device_labels(prefix: str, parent: str, profile: str, devices: list[dic
         ("multiprocessors", first.get("multiprocessors")),
         ("slices.gi", first.get("slices_gi")),
         ("slices.ci", first.get("slices_ci")),
-        ("engines.copy", (first.get("engines") or {}).get("copy")),
-        ("engines.decoder", (first.get("engines") or {}).get("decoder")),
-        ("engines.encoder", (first.get("engines") or {}).get("encoder")),
-        ("engines.jpeg", (first.get("engines") or {}).get("jpeg")),
-        ("engines.ofa", (first.get("engines") or {}).get("ofa")),
+        ("engines.copy", engines["copy"]),
+        ("engines.decoder", engines["decoder"]),
+        ("engines.encoder", engines["encoder"]),
+        ("engines.jpeg", engines["jpeg"]),
+        ("engines.ofa", engines["ofa"]),
     ):
         if value is not None:
             labels[f"{prefix}.{key}"] = str(value)
     return labels
 
 
-def validate_strategies(sharing: dict, mig_strategy: str) -> None:
+def validate_strategies(sharing: Sharing, mig_strategy: str) -> None:
     """Raise ValueError naming the bad input, before any label is computed."""
     strategy = sharing.get("strategy", "none")
     if strategy not in SHARING_STRATEGIES:
@@ -107,8 +130,8 @@ def validate_strategies(sharing: dict, mig_strategy: str) -> None:
         raise ValueError(f"sharing strategy {strategy} needs replicas of at least 2, got {replicas}")
 
 
-def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version: str | None = None,
-               sharing: dict | None = None, mig_strategy: str = "none", machine: str | None = None) -> dict[str, str]:
+def gfd_labels(gpus: list[LabelGpu], driver_version: str | None = None, cuda_version: str | None = None,
+               sharing: Sharing | None = None, mig_strategy: str = "none", machine: str | None = None) -> dict[str, str]:
     """The node labels GPU Feature Discovery sets for these GPUs (no timestamp label).
 
     Each GPU: name, memory_mib, compute_capability ("9.0"), pci_class ("0302"), mig_capable,
@@ -134,7 +157,7 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
     # Full-GPU labels. GPUs in MIG mode count but are labelled without sharing (replicas 0); a GPU
     # not in MIG mode labels them with the sharing config, as GFD's full-GPU labeler overrides.
     mig_gpus = [g for g in gpus if g.get("mig_enabled")]
-    unshared = {"strategy": "none", "replicas": 1}
+    unshared: Sharing = {"strategy": "none", "replicas": 1}
     full = _sharing_labels("nvidia.com/gpu", sanitise(model), unshared if len(mig_gpus) == len(gpus) else sharing)
     if len(mig_gpus) == len(gpus):
         full["nvidia.com/gpu.replicas"] = "0"
@@ -149,7 +172,7 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
         full["nvidia.com/gpu.compute.minor"] = minor or "0"
     labels.update(full)
 
-    by_profile: dict[str, list[dict]] = {}
+    by_profile: dict[str, list[MigDevice]] = {}
     for g in mig_gpus:
         for dev in g.get("mig_devices") or []:
             # The device plugin's resource name: the profile with '+' as '.', valid in a label key.
@@ -173,31 +196,31 @@ def gfd_labels(gpus: list[dict], driver_version: str | None = None, cuda_version
     return labels
 
 
-def label_inputs(pci: dict, nvml: dict) -> tuple[list[dict], str]:
+def label_inputs(pci: PciFacts, nvml: NvmlFacts) -> tuple[list[LabelGpu], str]:
     """Per-GPU inputs for the labels: NVML's view when the driver answers, else the PCI table's."""
     by_bus = {g["bus_id"]: g for g in pci["gpus"]}
+    gpus: list[LabelGpu] = []
     if nvml["status"] == "ok" and nvml["gpus"]:
-        gpus = []
         for g in nvml["gpus"]:
-            pci_gpu = by_bus.get(g["bus_id"], {})
+            pci_gpu = by_bus.get(g["bus_id"])
             gpus.append({
                 "name": g["name"],
                 "memory_mib": g["memory_mib"],
                 "compute_capability": g["compute_capability"],
-                "pci_class": pci_gpu.get("class"),
+                "pci_class": pci_gpu["class"] if pci_gpu else None,
                 "mig_capable": g["mig"]["capable"],
                 "mig_enabled": g["mig"]["current"],
                 "mig_devices": g["mig"]["devices"],
             })
         return gpus, "nvml"
-    known = [g for g in pci["gpus"] if g.get("name")]
+    known = [g for g in pci["gpus"] if g["name"]]
     if not known:
         return [], "none"
     gpus = [{"name": g["name"], "compute_capability": g["compute_capability"], "pci_class": g["class"]} for g in known]
     return gpus, "pci"
 
 
-def node_gfd_labels(info: dict, sharing: dict | None = None, mig_strategy: str = "none") -> tuple[dict[str, str], str]:
+def node_gfd_labels(info: GpuInfo, sharing: Sharing | None = None, mig_strategy: str = "none") -> tuple[dict[str, str], str]:
     """GFD's labels for the node gpu_info describes, and where the GPU facts came from (nvml, pci or none)."""
     gpus, source = label_inputs(info["pci"], info["nvml"])
     nvml = info["nvml"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+
 KNOWN_VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 HOOK_NAMES = ("createRuntime", "createContainer", "startContainer", "poststart", "poststop", "prestart")
 # kind: a vendor (a DNS-like name) and a class (CDI SPEC.md "Kind").
@@ -24,12 +26,12 @@ EDIT_FIELDS = {"env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalG
 NAME_STRATEGIES = ("index", "uuid", "type-index")
 
 
-def _absolute(value, where: str, errors: list[str]) -> None:
+def _absolute(value: object, where: str, errors: list[str]) -> None:
     if not isinstance(value, str) or not value.startswith("/"):
         errors.append(f"{where}: {value!r} is not an absolute path")
 
 
-def _edits(edits, where: str, errors: list[str]) -> None:
+def _edits(edits: object, where: str, errors: list[str]) -> None:
     if not isinstance(edits, Mapping):
         errors.append(f"{where}: containerEdits is not an object")
         return
@@ -49,7 +51,7 @@ def _edits(edits, where: str, errors: list[str]) -> None:
         _absolute((hook or {}).get("path"), f"{where}: hooks[{i}].path", errors)
 
 
-def validate(spec) -> list[str]:
+def validate(spec: object) -> list[str]:
     """What is wrong with a CDI spec; empty when it is valid."""
     if not isinstance(spec, Mapping):
         return ["the spec is not an object"]
@@ -88,30 +90,31 @@ def validate(spec) -> list[str]:
 
 
 def device_names(spec: Mapping) -> list[str]:
-    return [d.get("name") for d in spec.get("devices") or [] if isinstance(d, Mapping)]
+    return [d["name"] for d in spec.get("devices") or [] if isinstance(d, Mapping) and isinstance(d.get("name"), str)]
 
 
-def expected_names(gpu_info: Mapping | None, strategies: list[str], all_device: bool = True) -> list[str]:
+def expected_names(gpu_info: GpuInfo, strategies: list[str], all_device: bool = True) -> list[str]:
     """The device names nvidia-ctk gives the GPUs and MIG devices gpu_info read, for the naming strategies."""
     names: list[str] = []
-    for gpu in ((gpu_info or {}).get("nvml") or {}).get("gpus") or []:
-        index = gpu.get("index")
-        mig = gpu.get("mig") or {}
-        migs = mig.get("devices") or [] if mig.get("current") else []
+    for gpu in gpu_info["nvml"]["gpus"]:
+        index = gpu["index"]
+        mig = gpu["mig"]
+        # A hand-written gpu_info (the cdi_spec module's option) may give a GPU an empty `mig`.
+        migs = mig["devices"] if mig and mig["current"] else []
         if "index" in strategies:
             names.append(str(index))
-            names += [f"{index}:{m.get('index')}" for m in migs]
+            names += [f"{index}:{m['index']}" for m in migs]
         if "uuid" in strategies:
-            names.append(gpu.get("uuid"))
-            names += [m.get("uuid") for m in migs]
+            names.append(gpu["uuid"])
+            names += [m["uuid"] for m in migs]
         if "type-index" in strategies:
             names.append(f"gpu{index}")
-            names += [f"mig{index}:{m.get('index')}" for m in migs]
+            names += [f"mig{index}:{m['index']}" for m in migs]
     if all_device and names:
         names.append("all")
     return [n for n in names if n]
 
 
-def same_spec(old, new) -> bool:
+def same_spec(old: object, new: object) -> bool:
     """Whether two parsed specs are the same (a header comment or key order is not a difference)."""
     return old == new

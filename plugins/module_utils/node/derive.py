@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import FabricManager, KernelModuleType, PciFacts, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import OPEN_CAPABLE, OPEN_ONLY
 
 LEGACY_ARCHITECTURES = frozenset(("maxwell", "pascal", "volta"))
@@ -28,7 +29,7 @@ _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
 
 
-def recommend_kernel_module_type(gpus: list[dict]) -> dict[str, object]:
+def recommend_kernel_module_type(gpus: list[PciGpu]) -> KernelModuleType:
     """Which kernel module flavour the GPUs need.
 
     Maxwell, Pascal and Volta need the proprietary modules; Blackwell and Grace Hopper need the open
@@ -37,11 +38,11 @@ def recommend_kernel_module_type(gpus: list[dict]) -> dict[str, object]:
     """
     if not gpus:
         return {"type": None, "reason": "no NVIDIA GPU on the PCI bus", "error": None}
-    unknown = sorted({str(g["device_id"]) for g in gpus if g.get("architecture") in (None, "unknown")})
-    known = [g for g in gpus if g.get("architecture") not in (None, "unknown")]
-    need_proprietary = sorted({str(g["architecture"]) for g in known if g["architecture"] in LEGACY_ARCHITECTURES})
-    need_open = sorted({str(g["architecture"]) + (" (Grace)" if g.get("grace") else "") for g in known
-                        if g["architecture"] in OPEN_ONLY or g.get("grace")})
+    unknown = sorted({str(g["device_id"]) for g in gpus if g["architecture"] == "unknown"})
+    known = [g for g in gpus if g["architecture"] != "unknown"]
+    need_proprietary = sorted({g["architecture"] for g in known if g["architecture"] in LEGACY_ARCHITECTURES})
+    need_open = sorted({g["architecture"] + (" (Grace)" if g["grace"] else "") for g in known
+                        if g["architecture"] in OPEN_ONLY or g["grace"]})
     if need_proprietary and need_open:
         return {
             "type": None,
@@ -60,20 +61,20 @@ def recommend_kernel_module_type(gpus: list[dict]) -> dict[str, object]:
         return {"type": "proprietary", "reason": f"{', '.join(need_proprietary)} GPUs need the proprietary modules{note}", "error": None}
     if need_open:
         return {"type": "open", "reason": f"{', '.join(need_open)} GPUs need the open modules{note}", "error": None}
-    archs = sorted({str(g["architecture"]) for g in known if g["architecture"] in OPEN_CAPABLE})
+    archs = sorted({g["architecture"] for g in known if g["architecture"] in OPEN_CAPABLE})
     return {"type": "open", "reason": f"{', '.join(archs)} GPUs support the open modules, NVIDIA's default{note}", "error": None}
 
 
-def fabric_manager_required(pci: dict) -> dict[str, object]:
+def fabric_manager_required(pci: PciFacts) -> FabricManager:
     """Whether Fabric Manager must run: NVSwitches on PCI, or an NVLink5 HGX board (no NVSwitch on PCI)."""
-    switches = pci.get("nvswitches") or []
+    switches = pci["nvswitches"]
     if switches:
         return {"required": True, "reason": f"{len(switches)} NVSwitch device(s) on the PCI bus", "nvlink5": False}
-    nvlink5 = [g for g in pci.get("gpus") or [] if g.get("device_id") in NVLINK5_HGX_DEVICE_IDS]
+    nvlink5 = [g for g in pci["gpus"] if g["device_id"] in NVLINK5_HGX_DEVICE_IDS]
     if len(nvlink5) > 1:
         return {
             "required": True,
-            "reason": f"NVLink5 HGX board ({len(nvlink5)}x {nvlink5[0].get('name')}): its NVSwitches are not PCI devices; "
+            "reason": f"NVLink5 HGX board ({len(nvlink5)}x {nvlink5[0]['name']}): its NVSwitches are not PCI devices; "
                       "Fabric Manager runs with the NVLink Subnet Manager",
             "nvlink5": True,
         }

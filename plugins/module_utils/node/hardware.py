@@ -10,6 +10,18 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import (
+    KernelState,
+    ModuleFlavour,
+    NodeState,
+    PciDevice,
+    PciFacts,
+    PciGpu,
+    PciNic,
+    PciSwitch,
+    SecureBoot,
+)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import (
     CLASS_BRIDGE_OTHER,
     GPU_CLASSES,
@@ -25,11 +37,13 @@ NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidi
 
 
 def _read(path: str) -> str | None:
+    """A sysfs or procfs value, stripped; None when the file is missing or cannot be read (a sysfs attribute
+    can fail with EIO or EINVAL on a device in a bad state: that value is unknown, not a reason to stop)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
+        text = read_text(path, errors="replace")
     except OSError:
         return None
+    return None if text is None else text.strip()
 
 
 def _hex(value: str | None) -> str | None:
@@ -40,10 +54,10 @@ def _hex(value: str | None) -> str | None:
     return value[2:] if value.startswith("0x") else value
 
 
-def read_pci_device(device_dir: str) -> dict[str, object] | None:
+def read_pci_device(device_dir: str) -> PciDevice | None:
     """One PCI function from its sysfs directory; None when it is not NVIDIA or Mellanox."""
     vendor = _hex(_read(os.path.join(device_dir, "vendor")))
-    if vendor not in (NVIDIA_VENDOR, MELLANOX_VENDOR):
+    if vendor is None or vendor not in (NVIDIA_VENDOR, MELLANOX_VENDOR):
         return None
     pci_class = (_hex(_read(os.path.join(device_dir, "class"))) or "").rjust(6, "0")[:4]
     numa = _read(os.path.join(device_dir, "numa_node"))
@@ -67,10 +81,10 @@ def read_pci_device(device_dir: str) -> dict[str, object] | None:
     }
 
 
-def read_pci(root: str) -> dict[str, list[dict[str, object]]]:
+def read_pci(root: str) -> PciFacts:
     """NVIDIA GPUs, NVSwitches and NVIDIA networking devices on the PCI bus, in bus order."""
     devices_dir = os.path.join(root, "sys/bus/pci/devices")
-    result: dict[str, list[dict[str, object]]] = {"gpus": [], "nvswitches": [], "network": []}
+    result: PciFacts = {"gpus": [], "nvswitches": [], "network": []}
     try:
         entries = sorted(os.listdir(devices_dir))
     except OSError:
@@ -81,14 +95,14 @@ def read_pci(root: str) -> dict[str, list[dict[str, object]]]:
             continue
         device_id = str(dev["device_id"])
         if dev["vendor_id"] == MELLANOX_VENDOR:
-            dev["family"] = NICS.get(device_id, "unknown")
-            result["network"].append(dev)
+            nic: PciNic = {**dev, "family": NICS.get(device_id, "unknown")}
+            result["network"].append(nic)
         elif dev["class"] in GPU_CLASSES:
-            dev.update(lookup_gpu(device_id))
-            result["gpus"].append(dev)
+            gpu: PciGpu = {**dev, **lookup_gpu(device_id)}
+            result["gpus"].append(gpu)
         elif dev["class"] == CLASS_BRIDGE_OTHER or device_id in NVSWITCHES:
-            dev["name"] = NVSWITCHES.get(device_id, "unknown NVSwitch")
-            result["nvswitches"].append(dev)
+            switch: PciSwitch = {**dev, "name": NVSWITCHES.get(device_id, "unknown NVSwitch")}
+            result["nvswitches"].append(switch)
         # Other NVIDIA functions (the GPU's HDMI audio, USB-C controller) are not reported.
     return result
 
@@ -99,7 +113,7 @@ def read_loaded_modules(root: str) -> list[str]:
     return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
-def nvidia_module_flavour(root: str) -> str | None:
+def nvidia_module_flavour(root: str) -> ModuleFlavour | None:
     """'open' or 'proprietary' for the loaded nvidia module, None when none is loaded."""
     text = _read(os.path.join(root, "proc/driver/nvidia/version"))
     if not text:
@@ -107,7 +121,7 @@ def nvidia_module_flavour(root: str) -> str | None:
     return "open" if "Open Kernel Module" in text else "proprietary"
 
 
-def secure_boot_state(root: str) -> str:
+def secure_boot_state(root: str) -> SecureBoot:
     """'enabled', 'disabled', 'not_efi' (legacy boot), or 'unknown' (EFI, variable unreadable)."""
     if not os.path.isdir(os.path.join(root, "sys/firmware/efi")):
         return "not_efi"
@@ -122,7 +136,7 @@ def secure_boot_state(root: str) -> str:
     return "enabled" if data[4] == 1 else "disabled"
 
 
-def kernel_state(root: str, filesystem_root: str = "/") -> dict[str, object]:
+def kernel_state(root: str, filesystem_root: str = "/") -> KernelState:
     """The running kernel (procfs under root), the kernels installed, and whether the running one's headers are."""
     modules_dir = os.path.join(filesystem_root, "lib/modules")
     try:
@@ -147,7 +161,7 @@ def is_image_build(filesystem_root: str = "/") -> bool:
     return not os.path.isdir(os.path.join(filesystem_root, "run/systemd/system"))
 
 
-def node_state(root: str) -> dict[str, object]:
+def node_state(root: str) -> NodeState:
     """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
     loaded = read_loaded_modules(root)
     return {

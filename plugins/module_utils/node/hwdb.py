@@ -10,6 +10,8 @@ the labels GPU Feature Discovery computes once the driver runs.
 
 from __future__ import annotations
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuIdentity
+
 NVIDIA_VENDOR = "10de"
 MELLANOX_VENDOR = "15b3"
 
@@ -107,7 +109,7 @@ NICS: dict[str, str] = {
 }
 
 
-def lookup_gpu(device_id: str) -> dict[str, object]:
+def lookup_gpu(device_id: str) -> GpuIdentity:
     """What the table knows of a GPU device id; architecture 'unknown' when it knows nothing."""
     entry = GPUS.get(device_id.lower())
     if entry is None:

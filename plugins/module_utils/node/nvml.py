@@ -11,7 +11,9 @@ the binding's own symbol lookup, with the same C signatures.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import MigDevice, MigProfile, NvmlFacts, NvmlGpu, NvmlStatus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.derive import mig_profile_name
 
 try:
@@ -89,7 +91,7 @@ def _call(name: str, *args: object) -> int:
     return ret
 
 
-def _pair(name: str, handle: object, ctype: type) -> tuple[int, int]:
+def _pair(name: str, handle: object, ctype: type[Any]) -> tuple[int, int]:
     """A device entry point with two outputs, through the binding's wrapper or, lacking one, by name."""
     if hasattr(pynvml, name):
         first, second = getattr(pynvml, name)(handle)
@@ -125,9 +127,9 @@ def _mig_mode(handle: object) -> tuple[int, int] | None:
         raise
 
 
-def _profiles(handle: object, memory_bytes: int) -> list[dict[str, object]]:
+def _profiles(handle: object, memory_bytes: int) -> list[MigProfile]:
     """The GPU-instance profiles the GPU supports, named by NVML (v2 info) or, before v2, as GFD names them."""
-    profiles = []
+    profiles: list[MigProfile] = []
     # v2 carries NVML's profile name; drivers before it have only v1. One answer for every profile.
     v2 = _has_entry_point("nvmlDeviceGetGpuInstanceProfileInfoV")
     for profile in range(_PROFILE_COUNT):
@@ -157,7 +159,7 @@ def _profiles(handle: object, memory_bytes: int) -> list[dict[str, object]]:
     return profiles
 
 
-def _mig_devices(handle: object, profiles: list[dict[str, object]], memory_bytes: int) -> list[dict[str, object]]:
+def _mig_devices(handle: object, profiles: list[MigProfile], memory_bytes: int) -> list[MigDevice]:
     """The MIG devices that exist on a GPU in MIG mode, each with the profile name GFD gives it.
 
     As GFD does: the GPU instance's profile id, matched against the GPU's profile table, gives the
@@ -167,7 +169,7 @@ def _mig_devices(handle: object, profiles: list[dict[str, object]], memory_bytes
     enum_by_id = {p["id"]: p["profile"] for p in profiles}
     count = ctypes.c_uint()
     _call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
-    devices = []
+    devices: list[MigDevice] = []
     for index in range(count.value):
         mig = ctypes.c_void_p()
         try:
@@ -204,7 +206,7 @@ def _mig_devices(handle: object, profiles: list[dict[str, object]], memory_bytes
     return devices
 
 
-def _gpu(index: int) -> dict[str, object]:
+def _gpu(index: int) -> NvmlGpu:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     mig = _mig_mode(handle)
     memory_bytes = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
@@ -228,12 +230,12 @@ def _gpu(index: int) -> dict[str, object]:
     }
 
 
-def read_nvml(library: str | None = None) -> dict[str, object]:
+def read_nvml(library: str | None = None) -> NvmlFacts:
     """One NVML session: driver and CUDA versions and every GPU; a status says why when there are none.
 
     status: ok, binding_missing, library_not_found, driver_not_loaded, error.
     """
-    result: dict[str, object] = {
+    result: NvmlFacts = {
         "status": "ok",
         "error": None,
         "library": library or DEFAULT_LIBRARY,
@@ -243,7 +245,8 @@ def read_nvml(library: str | None = None) -> dict[str, object]:
         "gpus": [],
     }
     if not HAS_PYNVML:
-        result.update(status="binding_missing", error="the NVML Python binding (nvidia-ml-py, package python3-pynvml) is not installed")
+        result["status"] = "binding_missing"
+        result["error"] = "the NVML Python binding (nvidia-ml-py, package python3-pynvml) is not installed"
         return result
     if library:
         try:
@@ -251,14 +254,15 @@ def read_nvml(library: str | None = None) -> dict[str, object]:
             # Entry points the binding looked up in another library are not this one's.
             getattr(pynvml, "_nvmlGetFunctionPointer_cache", {}).clear()
         except OSError as exc:
-            result.update(status="library_not_found", error=f"cannot load {library}: {exc}")
+            result["status"] = "library_not_found"
+            result["error"] = f"cannot load {library}: {exc}"
             return result
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        code = _code(exc)
-        status = {_LIBRARY_NOT_FOUND: "library_not_found", _DRIVER_NOT_LOADED: "driver_not_loaded"}.get(code, "error")
-        result.update(status=status, error=f"nvmlInit: {exc}")
+        statuses: dict[int | None, NvmlStatus] = {_LIBRARY_NOT_FOUND: "library_not_found", _DRIVER_NOT_LOADED: "driver_not_loaded"}
+        result["status"] = statuses.get(_code(exc), "error")
+        result["error"] = f"nvmlInit: {exc}"
         return result
     try:
         result["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -268,7 +272,8 @@ def read_nvml(library: str | None = None) -> dict[str, object]:
         result["cuda_driver_version"] = f"{cuda.value // 1000}.{cuda.value % 1000 // 10}"
         result["gpus"] = [_gpu(i) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
-        result.update(status="error", error=str(exc))
+        result["status"] = "error"
+        result["error"] = str(exc)
     finally:
         pynvml.nvmlShutdown()
     return result

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import resolve_method
 
 # (distribution as Ansible names it, major version) the collection installs on.
@@ -18,16 +21,21 @@ DRIVER_METHODS = ("auto", "precompiled", "dkms", "containerized", "none")
 UNSIGNED_METHODS = ("dkms",)
 
 
+class Settings(TypedDict, total=False):
+    """What the preflight judges against; every key has a default."""
+
+    driver_method: str  # auto, precompiled, dkms, containerized, none
+    driver_repository: str  # distro, cuda
+    fabricmanager_enabled: bool
+    nouveau_managed: bool  # the nouveau role runs before the driver
+
+
 def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
     return {"id": fid, "severity": severity, "message": message, "fix": fix}
 
 
-def findings(gpu_info: dict, distribution: str, major_version: str, settings: dict) -> list[dict[str, str]]:
-    """Blockers (the install would fail or the node would not work) and warnings, in a stable order.
-
-    settings: driver_method (auto, precompiled, dkms, containerized, none), driver_repository (distro, cuda),
-    fabricmanager_enabled (bool), nouveau_managed (bool: the nouveau role runs before the driver).
-    """
+def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings) -> list[dict[str, str]]:
+    """Blockers (the install would fail or the node would not work) and warnings, in a stable order."""
     method = settings.get("driver_method", "auto")
     if method not in DRIVER_METHODS:
         raise ValueError(f"driver method {method!r} is not one of {', '.join(DRIVER_METHODS)}")
@@ -45,7 +53,7 @@ def findings(gpu_info: dict, distribution: str, major_version: str, settings: di
                               "leave the host out of gpu_nodes, or check that the GPUs are seated and enabled in the BIOS"))
         return found
     if node["modules"]["nouveau"] and method != "none":
-        bound = [g["bus_id"] for g in pci["gpus"] if g.get("driver") == "nouveau"]
+        bound = [g["bus_id"] for g in pci["gpus"] if g["driver"] == "nouveau"]
         managed = settings.get("nouveau_managed", False)
         found.append(_finding(
             "nouveau_loaded", "warning" if managed else "blocker",
@@ -95,14 +103,14 @@ def findings(gpu_info: dict, distribution: str, major_version: str, settings: di
     return found
 
 
-def report_lines(host: str, gpu_info: dict, found: list[dict[str, str]]) -> list[str]:
+def report_lines(host: str, gpu_info: GpuInfo, found: list[dict[str, str]]) -> list[str]:
     """A readable report: what is there, what the collection will do, what blocks it and the fix."""
     pci, nvml, derived = gpu_info["pci"], gpu_info["nvml"], gpu_info["derived"]
     lines = [f"== {host} =="]
     if pci["gpus"]:
-        models = {}
+        models: dict[str, int] = {}
         for g in pci["gpus"]:
-            label = g.get("name") or f"unknown GPU {g['device_id']}"
+            label = g["name"] or f"unknown GPU {g['device_id']}"
             models[label] = models.get(label, 0) + 1
         lines.append("GPUs: " + ", ".join(f"{n}x {m}" for m, n in models.items())
                      + f" ({', '.join(gpu_info['summary']['architectures'])})")

@@ -1,7 +1,8 @@
 """Each lab hardware profile, read back by gpu_info's own code through the simulated sysfs and NVML.
 
 This is where the labels are compared with GFD's rules by hand: product names sanitised, family from
-the compute capability, counts and memory from the profile.
+the compute capability, counts and memory from the profile. gpu_info reports the hardware only; the labels
+are computed from its structure with the cluster side's code (cluster/gfd.py), as the cluster roles do.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import node_gfd_labels
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 from lab.errors import LabError
@@ -20,11 +22,16 @@ def fake_nvml(tmp_path_factory):
     return build_fake_nvml(tmp_path_factory.mktemp("nvml-cache"))
 
 
-def read(profile: str, tmp_path, fake_nvml, **kwargs):
+def read(profile: str, tmp_path, fake_nvml):
     hw = tmp_path / "hw"
     write_hardware(load_profile(profile), hw, "m1", "6.8.0-45-generic", fake_nvml)
     lib = hw / "nvml/libnvidia-ml.so.1"
-    return collect(str(hw), str(lib) if lib.exists() else None, kwargs.get("sharing", {}), kwargs.get("mig", "none"))
+    return collect(str(hw), str(lib) if lib.exists() else None)
+
+
+def labels_of(info, sharing=None, mig="none") -> dict[str, str]:
+    """GFD's labels for the node, computed from its gpu_info on the cluster side."""
+    return node_gfd_labels(info, sharing, mig)[0]
 
 
 EXPECTED = {
@@ -64,6 +71,8 @@ def test_profile_reads_back(profile, tmp_path, fake_nvml, monkeypatch):
     assert info["node"]["modules"]["nouveau"] is nouveau
     assert info["node"]["secure_boot"] == secure_boot
     assert info["node"]["kernel"]["running"] == "6.8.0-45-generic"
+    assert info["schema_version"] == 2
+    assert set(info["derived"]) == {"kernel_module_type", "fabric_manager"}  # hardware only: no labels
     if status == "ok":
         assert [g["bus_id"] for g in info["nvml"]["gpus"]] == [g["bus_id"] for g in info["pci"]["gpus"]]
         assert len({g["uuid"] for g in info["nvml"]["gpus"]}) == gpus
@@ -89,8 +98,8 @@ def test_a100_mig_mode_per_gpu(tmp_path, fake_nvml):
 
 def test_l40s_without_driver_labels_from_the_pci_table(tmp_path, fake_nvml):
     info = read("l40s", tmp_path, fake_nvml)
-    assert info["derived"]["labels_source"] == "pci"
-    labels = info["derived"]["labels"]
+    labels, source = node_gfd_labels(info)
+    assert source == "pci"
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"
     assert labels["nvidia.com/gpu.family"] == "ada-lovelace"
     assert labels["nvidia.com/gpu.count"] == "4"
@@ -99,7 +108,7 @@ def test_l40s_without_driver_labels_from_the_pci_table(tmp_path, fake_nvml):
 
 
 def test_v100_labels_and_time_slicing(tmp_path, fake_nvml):
-    labels = read("v100", tmp_path, fake_nvml, sharing={"strategy": "time-slicing", "replicas": 4})["derived"]["labels"]
+    labels = labels_of(read("v100", tmp_path, fake_nvml), sharing={"strategy": "time-slicing", "replicas": 4})
     assert labels["nvidia.com/gpu.product"] == "Tesla-V100-SXM2-16GB-SHARED"
     assert labels["nvidia.com/gpu.family"] == "volta"
     assert labels["nvidia.com/gpu.replicas"] == "4"
@@ -115,7 +124,7 @@ def test_gh200_reads_a_non_zero_pci_domain(tmp_path, fake_nvml):
     info = read("gh200", tmp_path, fake_nvml)
     assert info["pci"]["gpus"][0]["bus_id"] == "0009:01:00.0"
     assert info["nvml"]["gpus"][0]["bus_id"] == "0009:01:00.0"
-    assert info["derived"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-GH200-480GB"
+    assert labels_of(info)["nvidia.com/gpu.product"] == "NVIDIA-GH200-480GB"
 
 
 def test_nvml_conf_bus_ids_are_nvml_formatted():
@@ -134,7 +143,7 @@ def test_unknown_profile_is_named():
 )
 def test_bad_root_is_named(root, message):
     with pytest.raises(ValueError, match=message):
-        collect(root, None, {}, "none")
+        collect(root, None)
 
 
 def test_an_eight_gpu_node_reads_in_well_under_a_second(tmp_path, fake_nvml):
@@ -143,7 +152,7 @@ def test_an_eight_gpu_node_reads_in_well_under_a_second(tmp_path, fake_nvml):
     hw = tmp_path / "hw"
     write_hardware(load_profile("hgx-h100"), hw, "m1", "6.8.0-45-generic", fake_nvml)
     start = time.perf_counter()
-    collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"), {}, "none")
+    collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"))
     assert time.perf_counter() - start < 0.5
 
 
@@ -190,7 +199,7 @@ PROFILE_LABELS = {
 @pytest.mark.parametrize("profile", sorted(PROFILE_LABELS))
 def test_each_profiles_label_set(profile, tmp_path, fake_nvml):
     assert sorted(PROFILE_LABELS) == profile_names()
-    assert read(profile, tmp_path, fake_nvml)["derived"]["labels"] == PROFILE_LABELS[profile]
+    assert labels_of(read(profile, tmp_path, fake_nvml)) == PROFILE_LABELS[profile]
 
 
 @pytest.mark.parametrize("profile", ["hgx-h100", "a100-pcie-mig"])
@@ -234,7 +243,7 @@ def test_a100_mig_devices_are_enumerated_from_nvml(tmp_path, fake_nvml):
 
 
 def test_a100_mixed_strategy_labels_each_mig_profile(tmp_path, fake_nvml):
-    labels = read("a100-pcie-mig", tmp_path, fake_nvml, mig="mixed")["derived"]["labels"]
+    labels = labels_of(read("a100-pcie-mig", tmp_path, fake_nvml), mig="mixed")
     mig = {k: v for k, v in labels.items() if k.startswith("nvidia.com/mig-")}
     assert mig == {
         **_mig_labels("3g.40gb", 1, 40192, 42, 3, 3, 3, 2),
@@ -245,21 +254,21 @@ def test_a100_mixed_strategy_labels_each_mig_profile(tmp_path, fake_nvml):
 
 
 def test_a100_single_strategy_with_a_gpu_out_of_mig_mode_is_invalid(tmp_path, fake_nvml):
-    labels = read("a100-pcie-mig", tmp_path, fake_nvml, mig="single")["derived"]["labels"]
+    labels = labels_of(read("a100-pcie-mig", tmp_path, fake_nvml), mig="single")
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-80GB-PCIe-MIG-INVALID"
     assert labels["nvidia.com/gpu.count"] == "0"
 
 
-def _a100(tmp_path, fake_nvml, devices, mig):
+def _a100(tmp_path, fake_nvml, devices):
     profile = load_profile("a100-pcie-mig")
     profile["gpus"].update(mig_enabled=[True, True], mig_devices=devices)
     hw = tmp_path / "hw"
     write_hardware(profile, hw, "m1", "6.8.0-45-generic", fake_nvml)
-    return collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"), {}, mig)
+    return collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"))
 
 
 def test_a100_single_strategy_labels_the_gpus_as_their_mig_devices(tmp_path, fake_nvml):
-    labels = _a100(tmp_path, fake_nvml, [["1g.10gb"] * 7, ["1g.10gb"] * 7], "single")["derived"]["labels"]
+    labels = labels_of(_a100(tmp_path, fake_nvml, [["1g.10gb"] * 7, ["1g.10gb"] * 7]), mig="single")
     expected = _mig_labels("1g.10gb", 14, 9728, 14, 1, 1, 1, 0, prefix="nvidia.com/gpu")
     assert {k: labels[k] for k in expected} == expected
     assert labels["nvidia.com/mig.strategy"] == "single"
@@ -267,12 +276,12 @@ def test_a100_single_strategy_labels_the_gpus_as_their_mig_devices(tmp_path, fak
 
 
 def test_a_compute_instance_smaller_than_its_gpu_instance_is_named_for_both(tmp_path, fake_nvml):
-    info = _a100(tmp_path, fake_nvml, [["1c.3g.40gb", "1g.10gb+me"], []], "mixed")
+    info = _a100(tmp_path, fake_nvml, [["1c.3g.40gb", "1g.10gb+me"], []])
     devices = info["nvml"]["gpus"][0]["mig"]["devices"]
     assert [(d["profile"], d["multiprocessors"], d["slices_ci"]) for d in devices] == [
         ("1c.3g.40gb", 14, 1), ("1g.10gb+me", 14, 1),
     ]
-    labels = info["derived"]["labels"]
+    labels = labels_of(info, mig="mixed")
     assert labels["nvidia.com/mig-1c.3g.40gb.product"] == "NVIDIA-A100-80GB-PCIe-MIG-1c.3g.40gb"
     assert labels["nvidia.com/mig-1g.10gb.me.product"] == "NVIDIA-A100-80GB-PCIe-MIG-1g.10gb.me"
 
