@@ -107,6 +107,23 @@ options:
     description: File system root whose C(lib/modules) holds the kernels.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It only reads (the package database, C(apt-cache policy), C(modinfo), C(/lib/modules)), so it runs the same in
+        check mode.
+  diff_mode:
+    support: none
+    details:
+      - It changes nothing, so there is no diff.
+  idempotent:
+    support: full
+    details:
+      - It never changes anything and always returns C(changed=false).
 """
 
 EXAMPLES = r"""
@@ -121,23 +138,44 @@ EXAMPLES = r"""
 
 RETURN = r"""
 plan:
-  description: What the driver role installs.
+  description:
+    - What the driver role installs, with the same keys for every method and package source.
+    - With O(method=containerized) only C(family), C(repository), C(method), C(image_build) and C(modprobe_options) are
+      set; with O(offline=true) the packages are not planned (C(packages) is empty, C(install) false).
+    - C(cuda_repo) is set for the CUDA repository, C(rhel) (module stream, packages, versionlock) on the RHEL family;
+      C(warnings) says why the plan differs from the request (Debian's open modules lagging its userspace).
   returned: success
   type: dict
   sample:
     family: ubuntu
+    repository: distro
     method: precompiled
+    image_build: false
     branch: 580
     module_type: open
+    module_type_reason: Hopper GPUs support the open modules, NVIDIA's default
     kernel: 6.8.0-151-generic
+    kernel_reason: the running kernel
     packages: [nvidia-headless-no-dkms-580-server-open, nvidia-utils-580-server, linux-modules-nvidia-580-server-open-6.8.0-151-generic]
     install: true
     unhold: []
+    cuda_repo: null
+    rhel: null
+    warnings: []
+    modprobe_options: ""
 installed:
-  description: The driver the package database holds (packages, version, branch, held and not held packages, module flavour).
+  description:
+    - The driver the package database holds (packages, those providing the kernel module, version, branch, held and not
+      held packages, packages of another branch) and the flavour of its module for the planned kernel (C(null) when
+      not read).
   returned: success
   type: dict
-  sample: {packages: [], version: null, branch: null, held: [], not_held: [], module_type: null}
+  sample: {packages: [], modules: [], version: null, branch: null, held: [], not_held: [], stray: [], module_type: null}
+candidates:
+  description: The candidate version of each planned package (C(null) where the package lists have none); empty when no package was planned.
+  returned: success
+  type: dict
+  sample: {nvidia-headless-no-dkms-580-server-open: 580.178.04-0ubuntu0.24.04.1, nvidia-utils-580-server: 580.178.04-0ubuntu0.24.04.1}
 reboot_required:
   description: Whether the installed driver runs only after a reboot.
   returned: success
@@ -188,7 +226,8 @@ def main() -> None:
         result = make_plan(module.params, module.params["gpu_info"], host, module.params["root"])
     except PlanError as exc:
         module.fail_json(msg=str(exc), variable=exc.variable)
-    except RuntimeError as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
+        # OSError/ValueError: a state file (the method marker, dnf's versionlock list) that exists but cannot be read.
         module.fail_json(msg=str(exc))
     reasons = reboot_reasons(result["plan"], result["installed"], module.params["gpu_info"])
     module.exit_json(changed=False, reboot_required=bool(reasons), reboot_reasons=reasons, **result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.derive import LEGACY_ARCHITECTURES
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import OPEN_ONLY
 
@@ -140,14 +141,14 @@ def check_method(distribution: str, major_version: str, repository: str, method:
                             f"'precompiled': RHEL {major_version} has no precompiled module streams; accepted: dkms")
 
 
-def _needs(gpus: list[dict], archs: frozenset) -> list[str]:
+def _needs(gpus: list[PciGpu], archs: frozenset[str]) -> list[str]:
     return sorted({f"{g.get('name') or g['device_id']}" for g in gpus if g.get("architecture") in archs})
 
 
-def resolve_module_type(requested: str, gpus: list[dict], recommendation: dict, branch: int | None) -> tuple[str, str]:
+def resolve_module_type(requested: str, gpus: list[PciGpu], recommendation: KernelModuleType, branch: int | None) -> tuple[str, str]:
     """The kernel module flavour to install and why; a flavour the GPUs or the branch cannot use raises."""
     legacy = _needs(gpus, LEGACY_ARCHITECTURES)
-    open_only = sorted(set(_needs(gpus, OPEN_ONLY)) | {g.get("name") or g["device_id"] for g in gpus if g.get("grace")})
+    open_only = sorted(set(_needs(gpus, OPEN_ONLY)) | {f"{g.get('name') or g['device_id']}" for g in gpus if g.get("grace")})
     if requested == "open" and legacy:
         raise PlanError("gpuops_driver_kernel_module_type",
                         f"'open': {', '.join(legacy)} (Maxwell, Pascal or Volta) run only the proprietary modules; "
@@ -172,7 +173,7 @@ def resolve_module_type(requested: str, gpus: list[dict], recommendation: dict, 
     return chosen, reason
 
 
-def check_branch_for_gpus(branch: int | None, gpus: list[dict]) -> None:
+def check_branch_for_gpus(branch: int | None, gpus: list[PciGpu]) -> None:
     legacy = _needs(gpus, LEGACY_ARCHITECTURES)
     if branch is not None and legacy and branch > LAST_LEGACY_BRANCH:
         raise PlanError("gpuops_driver_branch",
@@ -356,8 +357,9 @@ def check_candidates(family: str, packages: list[str], candidates: dict[str, str
     missing = [p for p in packages if not candidates.get(p)]
     here = f"branches with packages here: {', '.join(map(str, branches_here))}" if branches_here else "no branch has packages here"
     if family == "ubuntu":
-        head = next(p for p in packages if p.startswith("nvidia-headless"))
-        got = branch_of(candidates.get(head))
+        # The archive's headless package (the CUDA repository's packages have none to check).
+        head = next((p for p in packages if p.startswith("nvidia-headless")), None)
+        got = branch_of(candidates.get(head)) if head else None
         if got is not None and got != branch:
             raise PlanError("gpuops_driver_branch",
                             f"{branch}: {head} in {where} is a transitional package that installs branch {got}; {here}")

@@ -3,16 +3,23 @@
 """Reading what the driver plan needs from a host: packages, candidates, kernels, the installed module.
 
 Each reader takes the command runner (AnsibleModule.run_command or a test double) and parses the
-command's output; the plan itself is made by driver.make_plan from what these return.
+command's output. plan_driver makes the plan from a DriverRequest and what these return: it resolves
+what needs no package index (method, flavour, kernel), asks the package source of the family
+(driver_sources) for the branch and its packages, and assembles one DriverPlan.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -95,7 +102,7 @@ class Host:
             rc, out, err = self._cmd(["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"])
             if rc != 0:
                 raise RuntimeError(f"rpm -qa failed: {err.strip()}")
-            return parse_rpm(out, _read_text(VERSIONLOCK_LIST))
+            return parse_rpm(out, read_text(VERSIONLOCK_LIST) or "")
         rc, out, err = self._cmd(["dpkg-query", "-W", "-f", DPKG_FORMAT])
         if rc != 0:
             raise RuntimeError(f"dpkg-query failed: {err.strip()}")
@@ -128,138 +135,171 @@ class Host:
         return None
 
 
-def make_plan(request: dict, gpu_info: dict, host: Host, root: str = "/") -> dict:
+@dataclass(frozen=True)
+class DriverRequest:
+    """What the user asked for (the driver_info module's parameters) and what the host is (its gpu_info facts)."""
+
+    distribution: str
+    major_version: str
+    architecture: str
+    method: str
+    repository: str
+    branch: str  # as given: driver.parse_branch reads it when the plan is made
+    kernel_module_type: str
+    kernel_release: str
+    compute_only: bool
+    allow_branch_change: bool
+    allow_method_change: bool
+    cuda_repo_url: str
+    repo_ready: bool
+    offline: bool
+    image_build: bool  # 'auto' already resolved from the host's facts
+    state_dir: str
+    module_options: dict[str, Any]
+    gpus: list[PciGpu]
+    recommendation: KernelModuleType  # the facts' derived recommendation, or {} without one
+    running_kernel: str | None
+    root: str = "/"
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], gpu_info: Mapping[str, Any], root: str = "/") -> DriverRequest:
+        node = gpu_info.get("node", {})
+        forced = params["image_build"]
+        return cls(
+            distribution=params["distribution"], major_version=str(params["major_version"]),
+            architecture=params["architecture"], method=params["method"], repository=params["repository"],
+            branch=params["branch"], kernel_module_type=params["kernel_module_type"], kernel_release=params["kernel_release"],
+            compute_only=params["compute_only"], allow_branch_change=params["allow_branch_change"],
+            allow_method_change=params["allow_method_change"], cuda_repo_url=params["cuda_repo_url"],
+            repo_ready=params["repo_ready"], offline=bool(params.get("offline")),
+            image_build=node.get("image_build", False) if forced == "auto" else forced == "true",
+            state_dir=params["state_dir"], module_options=params.get("module_options") or {},
+            gpus=gpu_info.get("pci", {}).get("gpus", []),
+            recommendation=gpu_info.get("derived", {}).get("kernel_module_type", {}),
+            running_kernel=node.get("kernel", {}).get("running"), root=root,
+        )
+
+
+# The keys of the module's `plan`, in the order it returns them.
+PLAN_KEYS = ("family", "repository", "method", "image_build", "branch", "module_type", "module_type_reason", "kernel",
+             "kernel_reason", "packages", "install", "unhold", "cuda_repo", "rhel", "warnings", "modprobe_options")
+
+
+@dataclass
+class DriverPlan:
+    """The plan, one shape for every method and source, and what it was made from."""
+
+    family: str
+    repository: str
+    method: str
+    image_build: bool
+    modprobe_options: str
+    installed: dict[str, Any]  # driver.installed_driver's answer
+    marker: str | None  # the method recorded on the node
+    branch: int | None = None
+    module_type: str | None = None
+    module_type_reason: str | None = None
+    kernel: str | None = None
+    kernel_reason: str | None = None
+    packages: list[str] = field(default_factory=list)
+    install: bool = False
+    unhold: list[str] = field(default_factory=list)
+    cuda_repo: dict[str, str] | None = None
+    rhel: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    candidates: dict[str, str | None] = field(default_factory=dict)
+    installed_module_type: str | None = None  # the flavour of the nvidia module installed for the kernel
+
+    def result(self) -> dict[str, Any]:
+        """The driver_info module's result: plan, installed (with its module flavour), marker, candidates."""
+        return {
+            "plan": {key: copy.deepcopy(getattr(self, key)) for key in PLAN_KEYS},
+            "installed": {**copy.deepcopy(self.installed), "module_type": self.installed_module_type},
+            "marker": self.marker,
+            "candidates": dict(self.candidates),
+        }
+
+
+def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
     """The whole plan: validated request, packages, what is installed, what to hold, what needs a reboot.
 
     Raises driver.PlanError for anything the role must refuse before it changes the host.
     """
-    dist, major = request["distribution"], str(request["major_version"])
-    family = driver.distro_key(dist, major)
-    repository = request["repository"]
-    branch = driver.parse_branch(request["branch"])
-    method = driver.resolve_method(dist, repository, request["method"])
-    gpus = gpu_info.get("pci", {}).get("gpus", [])
-    node = gpu_info.get("node", {})
-    image_build = node.get("image_build", False) if request["image_build"] == "auto" else request["image_build"] == "true"
+    family = driver.distro_key(request.distribution, request.major_version)
+    branch = driver.parse_branch(request.branch)
+    method = driver.resolve_method(request.distribution, request.repository, request.method)
     everything = host.packages(family)
     installed = driver.installed_driver(everything, family)
-    marker = _read_marker(request["state_dir"])
-    plan: dict[str, object] = {
-        "family": family, "repository": repository, "method": method, "image_build": image_build,
-        "branch": None, "module_type": None, "module_type_reason": None, "kernel": None, "kernel_reason": None,
-        "packages": [], "install": False, "unhold": [], "cuda_repo": None, "rhel": None, "warnings": [],
-        "modprobe_options": driver.modprobe_options(request.get("module_options") or {}),
-    }
+    plan = DriverPlan(family=family, repository=request.repository, method=method, image_build=request.image_build,
+                      marker=_read_marker(request.state_dir), modprobe_options=driver.modprobe_options(request.module_options),
+                      installed=installed)
     if method == "containerized":
-        if installed["modules"]:
-            raise driver.PlanError(
-                "gpuops_driver_method",
-                f"'containerized': a host driver is installed ({installed['version'] or 'unknown version'}: "
-                f"{', '.join(installed['packages'][:6])}{' ...' if len(installed['packages']) > 6 else ''}); "
-                "two drivers fight over the GPUs: remove the host driver first")
-        return {"plan": plan, "installed": installed, "marker": marker}
-    if marker == "containerized" and not request["allow_method_change"]:
-        raise driver.PlanError(
-            "gpuops_driver_method",
-            f"{request['method']!r}: this node is set for the containerized driver ({request['state_dir']}/driver-method); "
-            "installing a host driver takes gpuops_driver_allow_method_change: true")
-    forced = request["kernel_module_type"] in ("open", "proprietary")
-    module_type, why = driver.resolve_module_type(request["kernel_module_type"], gpus,
-                                                  gpu_info.get("derived", {}).get("kernel_module_type", {}), branch)
-    driver.check_method(dist, major, repository, method, module_type)
-    kernel_state = node.get("kernel", {})
-    kernel, kernel_reason = driver.target_kernel(request["kernel_release"], kernel_state.get("running"),
-                                                 installed_kernels(root), image_build)
-    if request.get("offline"):
+        _refuse_host_driver(installed)
+        return plan
+    _refuse_method_change(request, plan.marker)
+    module_type, why = driver.resolve_module_type(request.kernel_module_type, request.gpus, request.recommendation, branch)
+    driver.check_method(request.distribution, request.major_version, request.repository, method, module_type)
+    kernel, kernel_reason = driver.target_kernel(request.kernel_release, request.running_kernel, installed_kernels(request.root),
+                                                 plan.image_build)
+    plan.module_type, plan.module_type_reason, plan.kernel, plan.kernel_reason = module_type, why, kernel, kernel_reason
+    if request.offline:
         # What can be refused without the package lists, before the role refreshes them.
         if branch is not None:
-            driver.check_branch_for_gpus(branch, gpus)
-            driver.check_branch_change(installed, branch, request["allow_branch_change"])
-        plan.update(branch=branch, module_type=module_type, module_type_reason=why, kernel=kernel, kernel_reason=kernel_reason)
-        return {"plan": plan, "installed": installed, "marker": marker, "candidates": {}}
-    candidates: dict[str, str | None] = {}
-    where = f"{dist} {major} ({repository} repository)"
-    if family == "ubuntu" and repository == "distro":
-        args = (module_type, method, kernel, request["architecture"], request["compute_only"])
-        names = [n for n in host.package_names("nvidia-headless-no-dkms-") if n.endswith("-server" + ("-open" if module_type == "open" else ""))]
-        candidates = host.candidates(names)
-        branches = driver.available_branches(names, candidates, module_type)
-        if gpus and any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in gpus):
-            branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
-        if branch is None and installed["branch"]:
-            branch = installed["branch"]
-        elif branch is None:
-            # The newest branch with every package for this kernel (a new branch's precompiled modules
-            # come for current kernels only).
-            wanted = [p for b in branches for p in driver.ubuntu_packages(b, *args) if p not in candidates]
-            candidates |= host.candidates(wanted)
-            complete = [b for b in branches if all(candidates.get(p) for p in driver.ubuntu_packages(b, *args))]
-            if not complete:
-                raise driver.PlanError("gpuops_driver_branch",
-                                       f"unset, and no -server driver branch has every package for kernel {kernel} in {where} "
-                                       f"(branches with packages: {', '.join(map(str, branches)) or 'none'})")
-            branch = complete[-1]
-        packages = driver.ubuntu_packages(branch, *args)
-        candidates |= host.candidates([p for p in packages if p not in candidates])
-        driver.check_branch_for_gpus(branch, gpus)
-        driver.check_candidates(family, packages, candidates, branch, where, branches)
-    elif family == "debian" and repository == "distro":
-        candidates = host.candidates(["libcuda1", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms"])
-        here = driver.branch_of(candidates.get("libcuda1"))
-        if branch is None:
-            branch = installed["branch"] or here
-        if here is None or branch != here:
-            raise driver.PlanError("gpuops_driver_branch",
-                                   f"{branch}: {where} has the driver of branch {here} only" if here else
-                                   f"{branch}: {where} has no NVIDIA driver (is the non-free component enabled?)")
-        module_type, changed_why = driver.check_debian_flavour(module_type, candidates, forced)
-        if changed_why:
-            why = changed_why
-            plan["warnings"].append(changed_why)
-        packages = driver.debian_packages(module_type, kernel, request["compute_only"])
-        candidates |= host.candidates([p for p in packages if p not in candidates])
-        driver.check_branch_for_gpus(branch, gpus)
-        driver.check_candidates(family, packages, candidates, branch, where, [here])
-    else:
-        if branch is None:
-            branch = installed["branch"]
-            if branch is None:
-                raise driver.PlanError("gpuops_driver_branch",
-                                       "unset: the CUDA repository serves every branch, so name one, e.g. 580")
-        driver.check_branch_for_gpus(branch, gpus)
-        plan["cuda_repo"] = driver.cuda_repo(family, dist, major, request["architecture"], request["cuda_repo_url"])
-        if family == "rhel":
-            rhel = driver.rhel_plan(major, branch, module_type, method, kernel)
-            plan["rhel"] = rhel
-            packages = rhel["packages"]
-        else:
-            packages = driver.cuda_deb_packages(branch, module_type, kernel, request["compute_only"])
-            if request["repo_ready"]:
-                candidates = host.candidates(packages)
-                driver.check_candidates(family, packages, candidates, branch, where, [])
-    driver.check_branch_change(installed, branch, request["allow_branch_change"])
-    plain = [p.split("/", maxsplit=1)[0].lstrip("@") for p in packages]
-    plan.update(branch=branch, module_type=module_type, module_type_reason=why, kernel=kernel,
-                kernel_reason=kernel_reason, packages=packages)
-    # On RHEL a module stream or a branch-named package: installed when the branch's driver is.
-    rhel_missing = [] if installed["branch"] == branch else plain
-    missing = rhel_missing if family == "rhel" else [p for p in plain if p not in everything]
-    plan["install"] = bool(missing)
-    plan["unhold"] = installed["held"] if plan["install"] else []
-    installed["module_type"] = host.module_type(kernel) if installed["packages"] else None
-    return {"plan": plan, "installed": installed, "marker": marker, "candidates": {p: candidates.get(p) for p in plain}}
+            driver.check_branch_for_gpus(branch, request.gpus)
+            driver.check_branch_change(installed, branch, request.allow_branch_change)
+        plan.branch = branch
+        return plan
+    source = driver_sources.source_for(family, request.repository)
+    choice = source.choose(_query(request, family, method, module_type, why, kernel, branch, installed["branch"]), host)
+    driver.check_branch_change(installed, choice.branch, request.allow_branch_change)
+    names = source.package_names(choice.packages)
+    plan.branch, plan.packages, plan.candidates = choice.branch, choice.packages, {n: choice.candidates.get(n) for n in names}
+    plan.module_type, plan.module_type_reason, plan.warnings = choice.module_type, choice.module_type_reason, choice.warnings
+    plan.cuda_repo, plan.rhel = choice.cuda_repo, choice.rhel
+    plan.install = bool(source.missing(names, choice.branch, installed, everything))
+    plan.unhold = source.to_unhold(installed, plan.install)
+    plan.installed_module_type = host.module_type(kernel) if installed["packages"] else None
+    return plan
 
 
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return ""
+def make_plan(params: Mapping[str, Any], gpu_info: Mapping[str, Any], host: Host, root: str = "/") -> dict[str, Any]:
+    """The driver_info module's result for its parameters: plan_driver's plan as a dict."""
+    return plan_driver(DriverRequest.from_params(params, gpu_info, root), host).result()
+
+
+def _refuse_host_driver(installed: Mapping[str, Any]) -> None:
+    """The containerized driver and a host driver fight over the GPUs."""
+    if installed["modules"]:
+        packages = installed["packages"]
+        raise driver.PlanError(
+            "gpuops_driver_method",
+            f"'containerized': a host driver is installed ({installed['version'] or 'unknown version'}: "
+            f"{', '.join(packages[:6])}{' ...' if len(packages) > 6 else ''}); "
+            "two drivers fight over the GPUs: remove the host driver first")
+
+
+def _refuse_method_change(request: DriverRequest, marker: str | None) -> None:
+    """A node recorded as set for the containerized driver takes a host driver only when allowed."""
+    if marker == "containerized" and not request.allow_method_change:
+        raise driver.PlanError(
+            "gpuops_driver_method",
+            f"{request.method!r}: this node is set for the containerized driver ({request.state_dir}/driver-method); "
+            "installing a host driver takes gpuops_driver_allow_method_change: true")
+
+
+def _query(request: DriverRequest, family: str, method: str, module_type: str, why: str, kernel: str, branch: int | None,
+           installed_branch: int | None) -> driver_sources.SourceQuery:
+    """What the package source is asked: the request with what the plan has resolved so far."""
+    return driver_sources.SourceQuery(
+        family=family, distribution=request.distribution, major_version=request.major_version, architecture=request.architecture,
+        method=method, module_type=module_type, module_type_reason=why,
+        module_type_forced=request.kernel_module_type in ("open", "proprietary"), kernel=kernel, compute_only=request.compute_only,
+        branch=branch, installed_branch=installed_branch, gpus=request.gpus, cuda_repo_url=request.cuda_repo_url,
+        repo_ready=request.repo_ready)
 
 
 def _read_marker(state_dir: str) -> str | None:
-    return _read_text(os.path.join(state_dir, "driver-method")).strip() or None
+    return (read_text(os.path.join(state_dir, "driver-method")) or "").strip() or None
 
 
 def reboot_reasons(plan: dict, installed: dict, gpu_info: dict) -> list[str]:

@@ -348,3 +348,12 @@ def test_packages_of_another_branch_are_stray_and_never_held():
 )
 def test_package_branch(name, version, branch):
     assert driver.package_branch(name, version) == branch
+
+
+def test_candidates_of_packages_without_a_headless_one_skip_the_transitional_check():
+    # NVIDIA's CUDA repository on Ubuntu: no nvidia-headless package to compare the branch with.
+    packages = driver.cuda_deb_packages(580, "open", "6.8.0-151-generic", True)
+    driver.check_candidates("ubuntu", packages, dict.fromkeys(packages, "580.105.08-1"), 580, "Ubuntu 24 (cuda repository)", [])
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 580: no package nvidia-utils-580 in Ubuntu 24 \(cuda repository\)"):
+        driver.check_candidates("ubuntu", packages, {p: "580.105.08-1" for p in packages if p != "nvidia-utils-580"}, 580,
+                                "Ubuntu 24 (cuda repository)", [])

@@ -178,6 +178,14 @@ def test_containerized_refuses_a_host_driver_and_a_host_method_refuses_the_marke
         driver_host.make_plan(request(state_dir=str(state)), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
 
 
+def test_a_marker_that_cannot_be_read_is_an_error_not_an_absent_marker(info_of, root, tmp_path):
+    # Only a missing marker means "no method recorded"; one that exists but cannot be read must not let a
+    # host install go ahead over a containerized driver.
+    state = tmp_path / "state"
+    (state / "driver-method").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        driver_host.make_plan(request(state_dir=str(state)), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
+
 def test_cuda_repository_needs_a_branch_and_plans_the_rhel_stream(info_of, root):
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: unset: the CUDA repository serves every branch"):
         driver_host.make_plan(request(distribution="Rocky", major_version="9", repository="cuda"), info_of("hgx-h100"),
@@ -202,3 +210,57 @@ def test_offline_checks_run_no_apt_cache_and_still_refuse(info_of, root):
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: 590: .* supported up to branch 580"):
         driver_host.make_plan(request(major_version="22", branch="590", offline=True), info_of("v100"), FakeHost("jammy").host(),
                               root("5.15.0-204-generic"))
+
+
+def test_every_result_has_the_same_shape(info_of, root):
+    """Containerized, offline and full plans return the same keys: the role reads them without defaults."""
+    results = [
+        driver_host.make_plan(request(method="containerized"), info_of("hgx-h100"), FakeHost("noble").host(), root()),
+        driver_host.make_plan(request(branch="580", offline=True), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic")),
+        driver_host.make_plan(request(branch="580"), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic")),
+    ]
+    for out in results:
+        assert sorted(out) == ["candidates", "installed", "marker", "plan"]
+        assert tuple(out["plan"]) == driver_host.PLAN_KEYS
+        assert sorted(out["installed"]) == ["branch", "held", "module_type", "modules", "not_held", "packages", "stray", "version"]
+    assert [bool(out["candidates"]) for out in results] == [False, False, True]
+
+
+def test_the_request_reads_the_module_parameters_and_the_host_facts(info_of):
+    info = info_of("hgx-h100")
+    asked = driver_host.DriverRequest.from_params(request(image_build="auto", module_options=None, major_version=24), info, "/srv/root")
+    assert (asked.major_version, asked.offline, asked.module_options, asked.root) == ("24", False, {}, "/srv/root")
+    assert asked.image_build is info["node"]["image_build"]
+    assert asked.running_kernel == info["node"]["kernel"]["running"]
+    assert len(asked.gpus) == 8 and asked.recommendation["type"] == "open"
+    assert driver_host.DriverRequest.from_params(request(image_build="true"), info).image_build is True
+    assert driver_host.DriverRequest.from_params(request(image_build="false"), {}).gpus == []
+
+
+def test_ubuntu_from_the_cuda_repository_plans_from_its_candidates_once_configured(info_of, root):
+    fake = FakeHost("noble")
+    fake.policy |= dict.fromkeys(["nvidia-dkms-580-open", "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-utils-580"],
+                                 "580.105.08-1ubuntu1")
+    fake.policy["linux-headers-6.8.0-151-generic"] = "6.8.0-151.151"
+    out = driver_host.make_plan(request(repository="cuda", branch="580", repo_ready=True), info_of("hgx-h100"), fake.host(),
+                                root("6.8.0-151-generic"))
+    plan = out["plan"]
+    assert (plan["method"], plan["module_type"], plan["install"]) == ("dkms", "open", True)
+    assert plan["cuda_repo"]["url"] == "https://mirror.example/cuda/ubuntu24/x86_64/"
+    assert out["candidates"]["nvidia-dkms-580-open"] == "580.105.08-1ubuntu1"
+    assert ["apt-cache", "pkgnames", "nvidia-headless-no-dkms-"] not in fake.calls
+
+
+def test_rhel_plans_the_stream_and_installs_only_when_the_branch_is_not_installed(info_of, root):
+    args = (request(distribution="Rocky", major_version="9", repository="cuda", branch="580"), info_of("hgx-h100"))
+    out = driver_host.make_plan(*args, FakeHost("noble").host(), root("5.14.0-503.el9.x86_64"))
+    plan = out["plan"]
+    assert plan["family"] == "rhel" and plan["packages"][0] == "@nvidia-driver:580-open/default" and plan["install"]
+    assert plan["rhel"]["module_stream"] == "nvidia-driver:580-open"
+    assert out["candidates"] == dict.fromkeys(["nvidia-driver:580-open", "kernel-devel-5.14.0-503.el9.x86_64",
+                                               "kernel-headers-5.14.0-503.el9.x86_64"])
+    rpm = "nvidia-driver\t580.105.08-1.el9\nkmod-nvidia-open-dkms\t580.105.08-1.el9\n"
+    fake = FakeHost("noble", rpm, "Dual MIT/GPL\n")
+    again = driver_host.make_plan(*args, fake.host(), root("5.14.0-503.el9.x86_64"))
+    assert not again["plan"]["install"] and again["installed"]["module_type"] == "open"
+    assert [c[0] for c in fake.calls] == ["rpm", "/usr/sbin/modinfo"]
