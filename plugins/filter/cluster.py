@@ -3,55 +3,29 @@
 
 from __future__ import annotations
 
-DOCUMENTATION = r"""
----
-name: cluster_nodes
-short_description: The cluster roles' view of the GPU nodes, and what follows from their facts
-version_added: 0.1.0
-author:
-  - gpuops.nvidia maintainers (@gpuops)
-description:
-  - C(cluster_nodes) turns the inventory's GPU hosts into Node name to the part of the host's facts
-    (C(gpuops_gpu_info)) the cluster side reads and the per-host settings the cluster roles read. The other filters of this file compute from it, with the logic
-    of the collection's C(cluster) module_utils - C(cluster_node_labels), C(device_plugin_errors),
-    C(device_plugin_data), C(expected_allocatable), C(mig_models), C(mig_parted_config), C(mig_errors),
-    C(dcgm_metrics_errors), C(node_label_map), C(hosts_without).
-positional: hostvars, keys
-options:
-  _input:
-    description: The inventory hosts of the GPU nodes.
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
-  keys:
-    description: Host variables to carry along, with their default.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: The GPU nodes
-  ansible.builtin.set_fact:
-    nodes: "{{ groups['gpu_nodes'] | gpuops.nvidia.cluster_nodes(hostvars, {'gpuops_device_plugin_config': ''}) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: Node name to C(host), C(info) (gpu_info) and the keys asked for.
-  type: dict
-"""
+from collections.abc import Callable
+from typing import Any, cast
 
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
 
 
-def cluster_nodes(hosts: list, hostvars, keys: dict) -> dict:
-    nodes = {}
+def _gfd_labels(info: dict, chosen: object, gfd: dict | None) -> dict | None:
+    """The hardware labels GFD should set on the node, from its full facts; None without GFD's settings."""
+    if not gfd:
+        return None
+    configs = gfd.get("configs") or {}
+    name = str(chosen or gfd.get("default_config") or "")
+    config = configs.get(name) if name and isinstance(configs, dict) else None
+    return cluster_validation.expected_gfd_labels(info, config if isinstance(config, dict) else None, str(gfd.get("mig_strategy") or "none"))
+
+
+def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = None) -> dict:
+    nodes: dict[str, dict] = {}
     for host in hosts:
         hv = hostvars[host]
         name = str(hv.get("gpuops_cluster_node_name") or host)
@@ -61,15 +35,17 @@ def cluster_nodes(hosts: list, hostvars, keys: dict) -> dict:
                                      "or the first play of cluster.yml on it first")
         if name in nodes:
             raise AnsibleFilterError(f"gpuops_cluster_node_name: hosts {nodes[name]['host']} and {host} both name Node {name!r}")
-        row = {"host": host, "info": cluster.slim(info)}
+        row = {"host": host, "info": cluster_facts.slim(cast(GpuInfo, info))}
         for key, default in keys.items():
             value = hv.get(key)
             row[key] = default if value is None else value
+        # Computed here, from the full facts, so that only the slim part is kept for a thousand nodes.
+        row["gfd_labels"] = _gfd_labels(info, hv.get("gpuops_device_plugin_config"), gfd)
         nodes[name] = row
     return nodes
 
 
-def hosts_without(hosts: list, hostvars, key: str) -> list:
+def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
     """The hosts whose `key` is not a mapping (their facts are not known yet)."""
     return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
 
@@ -79,10 +55,10 @@ def cluster_node_labels(nodes: dict, components: list) -> dict:
 
 
 def _selection(nodes: dict, key: str, default: str) -> dict:
-    return {name: (row.get(key) or default) for name, row in nodes.items() if cluster.gpu_count(row["info"])}
+    return {name: (row.get(key) or default) for name, row in nodes.items() if cluster_facts.gpu_count(row["info"])}
 
 
-def device_plugin_errors(configs, nodes: dict, default: str, mig_strategy: str, key: str = "gpuops_device_plugin_config") -> list:
+def device_plugin_errors(configs: Any, nodes: dict, default: str, mig_strategy: str, key: str = "gpuops_device_plugin_config") -> list:
     errors = cluster.check_plugin_configs("gpuops_device_plugin_configs", configs, default, mig_strategy)
     if errors:
         return errors
@@ -90,7 +66,7 @@ def device_plugin_errors(configs, nodes: dict, default: str, mig_strategy: str, 
     return cluster.check_node_plugin_configs(selection, configs, {n: r["info"] for n, r in nodes.items()})
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """Plain dicts, lists and scalars (templated values carry types a YAML dumper does not know)."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -117,7 +93,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
 def mig_models(nodes: dict) -> dict:
     models: dict = {}
     for row in nodes.values():
-        for key, model in cluster.gpu_models(row["info"]).items():
+        for key, model in cluster_facts.gpu_models(row["info"]).items():
             if key not in models or not models[key]["profiles"]:
                 models[key] = model
     return models
@@ -127,15 +103,15 @@ def mig_parted_config(models: dict, custom: dict) -> dict:
     return cluster.mig_parted_config(models, custom)
 
 
-def mig_errors(custom, nodes: dict, default: str, key: str = "gpuops_mig_manager_config") -> list:
+def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config") -> list:
     models = mig_models(nodes)
     errors = cluster.check_mig_configs("gpuops_mig_manager_configs", custom, models)
     if errors:
         return errors
     configs = cluster.mig_parted_config(models, custom)["mig-configs"]
-    capable = {n: r for n, r in nodes.items() if cluster.mig_capable(r["info"])}
+    capable = {n: r for n, r in nodes.items() if cluster_facts.mig_capable(r["info"])}
     selection = {n: (r.get(key) or default) for n, r in capable.items()}
-    node_models = {n: sorted(cluster.gpu_models(r["info"])) for n, r in capable.items()}
+    node_models = {n: sorted(cluster_facts.gpu_models(r["info"])) for n, r in capable.items()}
     return cluster.check_node_mig_configs(selection, configs, node_models)
 
 
@@ -143,18 +119,18 @@ def node_label_map(nodes: dict, key: str, label: str, default: str = "", only_mi
     """Node -> {label: the host's value of key (or default), or null to remove the label}."""
     out = {}
     for name, row in nodes.items():
-        if only_mig_capable and not cluster.mig_capable(row["info"]):
+        if only_mig_capable and not cluster_facts.mig_capable(row["info"]):
             continue
-        out[name] = {label: (row.get(key) or default or None) if cluster.gpu_count(row["info"]) else None}
+        out[name] = {label: (row.get(key) or default or None) if cluster_facts.gpu_count(row["info"]) else None}
     return out
 
 
-def dcgm_metrics_errors(text, extra: list) -> list:
+def dcgm_metrics_errors(text: Any, extra: list) -> list:
     return cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", text, extra or [])
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "cluster_nodes": cluster_nodes,
             "cluster_node_labels": cluster_node_labels,

@@ -13,11 +13,22 @@ author:
   - gpuops.nvidia maintainers (@gpuops)
 description:
   - Waits until every Node named in O(expected) advertises the GPU resources it should (one Node list a
-    poll, not one call per Node), then, with O(smoke_test), runs one Job per Node that requests one of its
-    GPU resources (an C(nvidia-smi) Job by default), waits for the Jobs and deletes them.
-  - Reports per Node what it expected, what it found and how its Job ended, and fails naming the Nodes
-    that are not right. It leaves nothing behind, so it reports no change.
-  - In check mode it reads the Nodes once and reports, without waiting, creating Jobs or failing.
+    poll, not one call per Node) and, where GPU Feature Discovery has labelled it, carries the GFD labels
+    O(gfd_labels) gives; then, with O(smoke_test), runs one Job per Node that requests one of its GPU
+    resources (an C(nvidia-smi) Job by default), waits for the Jobs and deletes them.
+  - GFD labels are compared on the Nodes that carry C(nvidia.com/gpu.product) (GFD has run there); a Node
+    without it is reported in RV(gfd_unlabelled), not failed, since GFD may be disabled or still starting.
+  - Reports per Node what it expected, what it found and how its Job ended, and fails naming each Node
+    that is not right with what is wrong - the resource, or the label, with the value expected and the one
+    seen, or the reason the smoke-test pod gave.
+  - C(changed) says whether the run left the cluster different from how it found it. The Jobs it creates
+    and deletes within the run are not a change, so a re-run on a healthy cluster reports none and a
+    playbook's idempotence check holds. It is C(true) when it removed a Job an interrupted earlier run had
+    left under the same name (it deletes it and creates its own), or could not delete one of its Jobs (a
+    warning names it; its C(ttlSecondsAfterFinished) removes it later). RV(jobs) tells what it did, for a
+    C(changed_when) of your own.
+  - In check mode it reads the Nodes once and reports, without waiting, creating Jobs or failing; C(changed)
+    is C(true) when a real run would replace a Job left by an interrupted run.
 options:
   expected:
     description: 'Node name to the resources it should advertise, for example C({"nvidia.com/gpu": 16}).'
@@ -50,18 +61,40 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds to wait for the allocatable values, and again for the Jobs.
+    description: Seconds to wait for the allocatable values (and GFD labels), and again for the Jobs.
     type: int
     default: 300
+  gfd_labels:
+    description:
+      - Node name to the labels GPU Feature Discovery should set there that follow from its hardware and sharing
+        config (C(nvidia.com/gpu.product), C(.count), C(.memory), C(.family), C(.compute.major), C(.compute.minor),
+        C(nvidia.com/mig.capable), C(nvidia.com/mig-<profile>.count)), as the P(gpuops.nvidia.cluster_nodes#filter)
+        filter computes them into each Node's C(gfd_labels). C(null) for a Node skips the comparison.
+      - On a Node GFD has labelled, a label in the expectation or among those keys on the Node must have the same
+        value on both sides (absent on both counts as the same).
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - gpuops.nvidia.kube
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_cluster
 attributes:
   check_mode:
-    description: Reads and reports only.
-    support: full
+    support: partial
+    details:
+      - In check mode it reads the Nodes once and reports what it finds against O(expected) and O(gfd_labels); it
+        does not wait, runs no smoke-test Job and does not fail on a Node that is not right. C(changed) says whether
+        a real run would replace a Job an interrupted earlier run left.
   diff_mode:
-    description: Changes nothing, so there is no diff.
     support: none
+    details:
+      - The Jobs it creates are deleted within the run, so there is no diff.
+  idempotent:
+    support: full
+    details:
+      - The Jobs it creates and deletes within a run are not a change, so a re-run on a healthy cluster reports
+        none. C(changed) is C(true) only when it replaced a Job an interrupted run left, or could not delete one of
+        its own.
 """
 
 EXAMPLES = r"""
@@ -71,11 +104,22 @@ EXAMPLES = r"""
     expected:
       l40s-node-1: {nvidia.com/gpu: 16}
       a100-node-1: {nvidia.com/gpu: 1, nvidia.com/mig-1g.10gb: 2}
+    gfd_labels:
+      l40s-node-1: {nvidia.com/gpu.product: NVIDIA-L40S-SHARED, nvidia.com/gpu.count: "4", nvidia.com/mig.capable: "false"}
+  register: validation
+  # Count any smoke-test Job as a change, instead of only what the run left different.
+  changed_when: validation.jobs.created > 0 or validation.changed
 """
 
 RETURN = r"""
 nodes:
-  description: Per Node, C(expected), C(allocatable) (the NVIDIA resources found), C(allocatable_ok), C(job) and C(ok).
+  description:
+    - Per Node, C(expected), C(allocatable) (the NVIDIA resources found), C(allocatable_ok), C(present) (the Node
+      exists), C(gfd) (C(matches), C(wrong), C(not labelled) or C(not checked)), C(gfd_wrong) (when wrong, each
+      C(label) with its C(expected) and C(actual) value, null where absent), C(job) and C(ok).
+    - 'C(job) is C(succeeded); C(skipped) for a Node without GPU resources; C(not run) (no smoke test, check mode) or
+      C(not run: allocatable wrong); or C(failed: <reason>), C(not finished in <timeout>s: <reason>) or
+      C(not created: <reason>) - the smoke-test pod''s reason, or the API server''s message.'
   returned: always
   type: dict
 timings:
@@ -83,77 +127,90 @@ timings:
   returned: always
   type: dict
 failed_nodes:
-  description: The Nodes that are not right.
+  description: The Nodes that are not right (empty in check mode).
   returned: always
   type: list
   elements: str
+gfd_unlabelled:
+  description: The Nodes with an expectation in O(gfd_labels) that GFD has not labelled (yet); reported, not failed.
+  returned: always
+  type: list
+  elements: str
+jobs:
+  description:
+    - The smoke-test Jobs - C(created) (how many), C(replaced) (the names of Jobs an interrupted run had left, deleted
+      and created again; in check mode, those a run would replace) and C(left) (Jobs it could not delete).
+      C(changed) is C(true) exactly when C(replaced) or C(left) is not empty.
+  returned: always
+  type: dict
+  sample: {created: 3, replaced: [], left: []}
 """
 
-import hashlib
-import re
-import time
+from collections.abc import Callable
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
-    AUTH_ARGS,
-    ApiException,
-    api_error,
-    connect,
-    in_parallel,
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, ApiException, api_error, connect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation import (
+    ApiError,
+    JobState,
+    MonotonicClock,
+    NodeState,
+    Settings,
+    nvidia_resources,
+    validate,
 )
 
-RUN_LABEL = "gpuops.nvidia/validation-run"
 
+class KubeCluster:
+    """The cluster as validate() asks for it, over the kubernetes client; API errors become ApiError."""
 
-def nvidia_allocatable(node) -> dict[str, int]:
-    alloc = (node.status.allocatable if node.status else None) or {}
-    return {k: int(v) for k, v in alloc.items() if k.startswith("nvidia.com/") and str(v).isdigit()}
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client
 
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
 
-def allocatable_ok(expected: dict, found: dict) -> bool:
-    names = set(expected) | set(found)
-    return all(int(expected.get(n, 0)) == int(found.get(n, 0)) for n in names)
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except ApiException as exc:
+            raise ApiError(getattr(exc, "status", None), f"{what}: {api_error(exc)}") from exc
+        except Exception as exc:  # the server cannot be reached: a connection error rather than an answer
+            raise ApiError(None, f"{what}: {exc}") from exc
 
+    def list_nodes(self) -> list[NodeState]:
+        items = self._call("listing the Nodes", self.core.list_node).items
+        return [NodeState(n.metadata.name, nvidia_resources(n.status.allocatable if n.status else None),
+                          dict(n.metadata.labels or {})) for n in items]
 
-def job_name(node: str) -> str:
-    base = re.sub(r"[^a-z0-9-]", "-", node.lower()).strip("-")
-    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
-    return f"gpuops-validate-{base[:36]}-{digest}"
+    def list_jobs(self, namespace: str, selector: str) -> list[JobState]:
+        items = self._call(f"listing the Jobs in {namespace}",
+                           lambda: self.batch.list_namespaced_job(namespace, label_selector=selector)).items
+        out = []
+        for job in items:
+            status = job.status
+            conditions = tuple({"type": c.type, "reason": c.reason or "", "message": c.message or ""}
+                               for c in (status.conditions or [])) if status else ()
+            out.append(JobState(job.metadata.name, (status.succeeded or 0) if status else 0,
+                                (status.failed or 0) if status else 0, conditions))
+        return out
 
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
+        body: Any = manifest  # the client takes the manifest as it is
+        self._call(f"creating Job {manifest['metadata']['name']}", lambda: self.batch.create_namespaced_job(namespace, body))
 
-def request_for(expected: dict) -> str | None:
-    """The resource the smoke test asks for: a whole GPU if the node has one, else its first MIG or shared one."""
-    names = sorted(n for n, v in expected.items() if int(v) > 0)
-    if "nvidia.com/gpu" in names:
-        return "nvidia.com/gpu"
-    return names[0] if names else None
+    def delete_job(self, namespace: str, name: str) -> None:
+        self._call(f"deleting Job {name}",
+                   lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background"))
 
-
-def job_manifest(node: str, resource: str, p: dict, run: str) -> dict:
-    pod = {
-        "restartPolicy": "Never",
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [{
-            "name": "smoke-test",
-            "image": p["image"],
-            "command": p["command"],
-            "resources": {"limits": {resource: "1"}},
-            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        }],
-    }
-    if p["runtime_class_name"]:
-        pod["runtimeClassName"] = p["runtime_class_name"]
-    if p["image_pull_secrets"]:
-        pod["imagePullSecrets"] = [{"name": s} for s in p["image_pull_secrets"]]
-    labels = {"app": "gpuops-validation", RUN_LABEL: run}
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name(node), "namespace": p["namespace"], "labels": labels},
-        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": p["timeout"],
-                 "template": {"metadata": {"labels": labels}, "spec": pod}},
-    }
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        try:
+            pods = self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
+        except ApiException:
+            return []  # the reason is a courtesy; the Job's own state is reported without it
+        return [self.api.sanitize_for_serialization(p) for p in pods]
 
 
 def main() -> None:
@@ -167,98 +224,31 @@ def main() -> None:
             "image_pull_secrets": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "runtime_class_name": {"type": "str", "default": ""},
             "timeout": {"type": "int", "default": 300},
+            "gfd_labels": {"type": "dict", "default": {}},
             **AUTH_ARGS,
         },
         supports_check_mode=True,
     )
-    api = connect(module)
-    from kubernetes import client
     p = module.params
     expected = {str(n): {str(k): int(v) for k, v in (r or {}).items()} for n, r in p["expected"].items()}
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-
-    report = {n: {"expected": e, "allocatable": {}, "allocatable_ok": False, "job": "not run", "ok": False}
-              for n, e in expected.items()}
-    started = time.monotonic()
-    timings = {}
-    deadline = started + p["timeout"]
-    while True:
-        try:
-            nodes = {n.metadata.name: n for n in core.list_node().items}
-        except ApiException as exc:
-            module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
-        for name, row in report.items():
-            row["allocatable"] = nvidia_allocatable(nodes[name]) if name in nodes else {}
-            row["allocatable_ok"] = name in nodes and allocatable_ok(row["expected"], row["allocatable"])
-        if module.check_mode or all(r["allocatable_ok"] for r in report.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(2)
-    timings["allocatable_s"] = round(time.monotonic() - started, 1)
-    if module.check_mode:
-        module.exit_json(changed=False, nodes=report, failed_nodes=[], timings=timings)
-
-    run = hashlib.sha256(f"{time.time()}".encode()).hexdigest()[:10]
-    jobs = {}
-    if p["smoke_test"]:
-        manifests = {}
-        for name, row in sorted(report.items()):
-            resource = request_for(row["expected"])
-            if not row["allocatable_ok"] or resource is None:
-                row["job"] = "skipped" if resource is None else "not run: allocatable wrong"
-                continue
-            manifests[name] = job_manifest(name, resource, p, run)
-
-        def create(name: str) -> None:
-            manifest = manifests[name]
-            try:
-                batch.create_namespaced_job(p["namespace"], manifest)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                # A Job of an interrupted run: replace it.
-                batch.delete_namespaced_job(manifest["metadata"]["name"], p["namespace"], propagation_policy="Background")
-                time.sleep(2)
-                batch.create_namespaced_job(p["namespace"], manifest)
-
-        failed = in_parallel(create, sorted(manifests))
-        for name in manifests:
-            if name in failed:
-                report[name]["job"] = f"not created: {api_error(failed[name])}"
-            else:
-                jobs[manifests[name]["metadata"]["name"]] = name
-                report[name]["job"] = "created"
-        deadline = time.monotonic() + p["timeout"]
-        pending = set(jobs)
-        while pending and time.monotonic() < deadline:
-            for job in batch.list_namespaced_job(p["namespace"], label_selector=f"{RUN_LABEL}={run}").items:
-                name = jobs.get(job.metadata.name)
-                if name is None or job.metadata.name not in pending:
-                    continue
-                if (job.status.succeeded or 0) >= 1:
-                    report[name]["job"] = "succeeded"
-                    pending.discard(job.metadata.name)
-                elif (job.status.failed or 0) >= 1:
-                    report[name]["job"] = "failed"
-                    pending.discard(job.metadata.name)
-            if pending:
-                time.sleep(2)
-        for job in pending:
-            report[jobs[job]]["job"] = f"not finished in {p['timeout']}s"
-        failed = in_parallel(lambda job: batch.delete_namespaced_job(job, p["namespace"], propagation_policy="Background"),
-                             sorted(jobs))
-        for job, exc in sorted(failed.items()):
-            if getattr(exc, "status", None) != 404:
-                module.warn(f"deleting Job {job} failed: {api_error(exc)}")
-    timings["smoke_test_s"] = round(time.monotonic() - started - timings["allocatable_s"], 1)
-    for row in report.values():
-        row["ok"] = row["allocatable_ok"] and row["job"] in ("succeeded", "skipped", "not run")
-    failed = sorted(n for n, r in report.items() if not r["ok"])
-    if failed:
-        lines = [f"{n}: expected {report[n]['expected']}, allocatable {report[n]['allocatable']}, job {report[n]['job']}"
-                 for n in failed[:20]]
-        module.fail_json(msg=f"{len(failed)} of {len(report)} GPU node(s) failed validation: " + "; ".join(lines),
-                         nodes=report, failed_nodes=failed, timings=timings)
-    module.exit_json(changed=False, nodes=report, failed_nodes=[], timings=timings)
+    gfd_labels = {str(n): ({str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else None)
+                  for n, labels in (p["gfd_labels"] or {}).items()}
+    settings = Settings(namespace=p["namespace"], image=p["image"], command=tuple(p["command"]),
+                        image_pull_secrets=tuple(p["image_pull_secrets"]), runtime_class_name=p["runtime_class_name"],
+                        timeout=p["timeout"], smoke_test=p["smoke_test"])
+    cluster = KubeCluster(connect(module))
+    try:
+        result = validate(cluster, expected, settings, MonotonicClock(), gfd_expected=gfd_labels, check_mode=module.check_mode)
+    except ApiError as exc:
+        module.fail_json(msg=exc.message, status=exc.status)
+        raise  # not reached: fail_json exits
+    for warning in result.warnings:
+        module.warn(warning)
+    out = {"changed": result.changed, "nodes": result.nodes, "failed_nodes": result.failed_nodes, "timings": result.timings,
+           "gfd_unlabelled": result.gfd_unlabelled, "jobs": result.jobs}
+    if result.msg:
+        module.fail_json(msg=result.msg, **out)
+    module.exit_json(**out)
 
 
 if __name__ == "__main__":

@@ -35,13 +35,22 @@ options:
     default: fail
 extends_documentation_fragment:
   - gpuops.nvidia.kube
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_cluster
 attributes:
   check_mode:
-    description: Reports what would be patched without patching.
     support: full
+    details:
+      - The Nodes are listed and compared as in a real run and RV(changed_nodes) names the ones that would be patched;
+        nothing is patched.
   diff_mode:
-    description: The labels of each Node that changes, before and after.
     support: full
+    details:
+      - For each Node that changes, the labels it changes before and after.
+  idempotent:
+    support: full
+    details:
+      - Only Nodes whose labels differ are patched, so a second run makes no API call but the list and reports no change.
 """
 
 EXAMPLES = r"""
@@ -67,6 +76,8 @@ missing_nodes:
   elements: str
 """
 
+from typing import Any
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
@@ -78,14 +89,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
 
 def plan(current: dict[str, dict], wanted: dict[str, dict], keep_existing: set[str]) -> dict[str, dict]:
     """Node -> the label patch it needs (only what differs); Nodes already right are left out."""
-    patches = {}
+    patches: dict[str, dict] = {}
     for node, labels in wanted.items():
         have = current.get(node)
         if have is None:
             continue
-        patch = {}
-        for key, value in (labels or {}).items():
-            value = None if value is None else str(value)
+        patch: dict[str, str | None] = {}
+        for key, given in (labels or {}).items():
+            value = None if given is None else str(given)
             if key in keep_existing and have.get(key):
                 continue
             if value is None and key in have:
@@ -115,7 +126,7 @@ def main() -> None:
         module.fail_json(msg=f"labels: the value for node(s) {bad} must be a mapping of label to value")
     core = client.CoreV1Api(api)
     try:
-        nodes = core.list_node(_preload_content=True)
+        nodes: Any = core.list_node(_preload_content=True)
     except Exception as exc:  # an API error, an unreachable server
         module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
     current = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes.items}

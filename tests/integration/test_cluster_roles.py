@@ -5,7 +5,8 @@ profile's simulated hardware (lab/facts.py), so every task on the hosts is skipp
 from the controller as they do in production. In order, on one fresh cluster: check mode creates nothing;
 bad input fails before anything is applied, naming the variable; a run deploys everything where it belongs,
 the simulated device plugin brings each node's capacity (16 on the L40S node with time-slicing x4) and the
-validation role passes; a second run changes nothing. On a thousand nodes, cluster.yml takes under 5 minutes.
+validation role passes; a second run changes nothing; a Node whose GFD label is wrong fails validation, named
+with the label, the value expected and the one found. On a thousand nodes, cluster.yml takes under 5 minutes.
 """
 
 from __future__ import annotations
@@ -155,6 +156,12 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
                    and p["status"].get("phase") == "Running"}
         assert running == nodes, name
 
+    # With sharing configs, GFD runs the device plugin's config manager, so its labels tell each node's sharing.
+    gfd_pod = get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["spec"]["template"]["spec"]
+    assert [c["name"] for c in gfd_pod["initContainers"]] == ["config-manager-init"]
+    assert [c["name"] for c in gfd_pod["containers"]] == ["gpu-feature-discovery", "config-manager"]
+    assert [v["configMap"]["name"] for v in gfd_pod["volumes"] if v["name"] == "available-configs"] == ["nvidia-device-plugin-configs"]
+
     data = get(kubeconfig, "configmap", "-n", NS, "nvidia-device-plugin-configs")["data"]
     assert yaml.safe_load(data["ts-4"]) == {"version": "v1", **TS4}
     mig = yaml.safe_load(get(kubeconfig, "configmap", "-n", NS, "default-mig-parted-config")["data"]["config.yaml"])
@@ -180,6 +187,23 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     again = playbook(inventory)
     assert again.returncode == 0, again.stdout[-3000:]
     assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
+
+
+def test_a_wrong_gfd_label_fails_validation_naming_it(lab_cluster):
+    # KWOK runs no GFD, so no Node carries its labels and validation reports them unlabelled. A Node given
+    # GFD's product label, wrong, is what a GFD misreading the hardware (or a wrong fact) looks like.
+    kubeconfig, inventory = lab_cluster
+    kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/gpu.product=NVIDIA-H100-PCIe", "--overwrite")
+    try:
+        res = playbook(inventory, extra={"gpuops_validation_timeout": 10, "gpuops_validation_smoke_test": False})
+    finally:
+        kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/gpu.product-")
+    out = " ".join(res.stdout.split())  # the result callback folds long messages
+    assert res.returncode != 0
+    assert "1 of 3 GPU node(s) failed validation" in out, res.stdout[-3000:]
+    assert "r-h100: GFD label nvidia.com/gpu.product expected NVIDIA-H100-80GB-HBM3, actual NVIDIA-H100-PCIe" in out
+    assert "r-h100: GFD label nvidia.com/gpu.count expected 8, actual absent" in out
+    assert get(kubeconfig, "jobs", "-n", NS)["items"] == []
 
 
 def test_a_thousand_nodes_in_under_five_minutes(tmp_path):

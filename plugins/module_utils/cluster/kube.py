@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 try:
     from kubernetes import client as k8s_client
@@ -30,8 +32,10 @@ AUTH_ARGS = {
 # Calls made in parallel (a thousand nodes' patches) each need a connection of their own.
 WORKERS = 16
 
+T = TypeVar("T")
 
-def api_client(kubeconfig: str | None, context: str | None):
+
+def api_client(kubeconfig: str | None, context: str | None) -> Any:
     """A configured ApiClient: the kubeconfig named (or $KUBECONFIG / ~/.kube/config), else in-cluster."""
     cfg = k8s_client.Configuration()
     if kubeconfig or context:
@@ -45,11 +49,11 @@ def api_client(kubeconfig: str | None, context: str | None):
     return k8s_client.ApiClient(cfg)
 
 
-def in_parallel(call, items):
+def in_parallel(call: Callable[[T], object], items: Iterable[T]) -> dict[T, Exception]:
     """call(item) for every item on WORKERS threads; returns {item: exception} for the calls that raised."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def run(item):
+    def run(item: T) -> tuple[T, Exception | None]:
         try:
             call(item)
             return item, None
@@ -60,7 +64,7 @@ def in_parallel(call, items):
         return {item: exc for item, exc in pool.map(run, items) if exc is not None}
 
 
-def connect(module):
+def connect(module: Any) -> Any:
     """The ApiClient for the module's kubeconfig and context; fails the module when it cannot have one."""
     if not HAS_KUBERNETES:
         from ansible.module_utils.basic import missing_required_lib

@@ -1,6 +1,6 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The cluster side's decisions, computed from each node's gpu_info: pure functions, no I/O.
+"""The cluster side's decisions, computed from each node's facts (SlimFacts, cluster/facts.py): pure functions, no I/O.
 
 - the node labels the GPU Operator would set for a host-managed node (gpu.present, deploy.*, mig.capable),
 - the device plugin's named configs (time-slicing, MPS) checked with the device plugin's own rules,
@@ -15,10 +15,11 @@ means the input is good. Nothing here talks to a cluster.
 
 from __future__ import annotations
 
-import math
 import re
+from typing import TypeGuard
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import SlimFacts, gpu_count, mig_capable, nvml_gpus
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # The GPU Operator's deploy labels, for the components this collection deploys.
@@ -35,85 +36,10 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 # ---------------------------------------------------------------------------------------------------
-# Facts
-# ---------------------------------------------------------------------------------------------------
-
-def gpu_count(info: dict | None) -> int:
-    return int(((info or {}).get("summary") or {}).get("gpu_count") or 0)
-
-
-def nvml_gpus(info: dict | None) -> list[dict]:
-    return list(((info or {}).get("nvml") or {}).get("gpus") or [])
-
-
-def mig_capable(info: dict | None) -> bool:
-    return bool(((info or {}).get("summary") or {}).get("mig_capable"))
-
-
-def filter_id(device_id: str) -> str:
-    """mig-parted's device filter for an NVIDIA PCI device id: 0x<DEVICE><VENDOR>, upper case."""
-    return f"0x{device_id.upper()}10DE"
-
-
-def gpu_models(info: dict | None) -> dict[str, dict]:
-    """The node's MIG-capable GPU models: device filter -> {name, profiles {name: {max, slices, size}}}.
-
-    Profiles come from the node's NVML (the profiles the GPU offers, with their instance counts).
-    `size` is the profile's span in memory slices, from its memory relative to the smallest profile.
-    """
-    models: dict[str, dict] = {}
-    pci = {g.get("bus_id"): g for g in ((info or {}).get("pci") or {}).get("gpus") or []}
-    for gpu in nvml_gpus(info):
-        mig = gpu.get("mig") or {}
-        device_id = (pci.get(gpu.get("bus_id")) or {}).get("device_id")
-        if not mig.get("capable") or not device_id:
-            continue
-        key = filter_id(device_id)
-        profiles = mig.get("profiles") or []
-        if key in models and models[key]["profiles"]:
-            continue
-        smallest = min((p["memory_mib"] for p in profiles if p.get("memory_mib")), default=0)
-        table = {}
-        for p in profiles:
-            ratio = p["memory_mib"] / smallest if smallest else 1
-            table[p["name"]] = {"max": int(p["instances"]), "slices": int(p["slices"]),
-                                "size": 2 ** round(math.log2(max(ratio, 1)))}
-        models[key] = {"name": gpu.get("name") or key, "profiles": table}
-    return models
-
-
-def slim(info: dict | None) -> dict:
-    """The part of gpu_info the cluster side reads, in gpu_info's own shape: a thousand nodes' facts stay small.
-
-    GPU count and MIG capability, each GPU's bus id, PCI device id, name and MIG state (its devices' profiles),
-    and the MIG profile table of the first GPU of each model only.
-    """
-    info = info or {}
-    summary = info.get("summary") or {}
-    pci = [{"bus_id": g.get("bus_id"), "device_id": g.get("device_id")} for g in (info.get("pci") or {}).get("gpus") or []]
-    ids = {g["bus_id"]: g["device_id"] for g in pci}
-    seen: set = set()
-    gpus = []
-    for g in nvml_gpus(info):
-        mig = g.get("mig") or {}
-        model = ids.get(g.get("bus_id"))
-        profiles = [] if model in seen else [
-            {k: p[k] for k in ("name", "instances", "slices", "memory_mib")} for p in mig.get("profiles") or []]
-        if profiles:
-            seen.add(model)
-        gpus.append({"bus_id": g.get("bus_id"), "name": g.get("name"),
-                     "mig": {"capable": bool(mig.get("capable")), "current": bool(mig.get("current")),
-                             "devices": [{"profile": d["profile"]} for d in mig.get("devices") or []],
-                             "profiles": profiles}})
-    return {"summary": {"gpu_count": summary.get("gpu_count", len(pci)), "mig_capable": summary.get("mig_capable")},
-            "pci": {"gpus": pci}, "nvml": {"gpus": gpus}}
-
-
-# ---------------------------------------------------------------------------------------------------
 # Node labels
 # ---------------------------------------------------------------------------------------------------
 
-def node_labels(info: dict | None, components: list[str] | tuple[str, ...]) -> dict[str, str]:
+def node_labels(info: SlimFacts, components: list[str] | tuple[str, ...]) -> dict[str, str]:
     """The labels the cluster roles own on a node: presence, deploy gates of the enabled components, MIG capability.
 
     A node without GPUs gets `nvidia.com/gpu.present=false` and no deploy labels. `mig-manager` is
@@ -133,7 +59,7 @@ def node_labels(info: dict | None, components: list[str] | tuple[str, ...]) -> d
 # Device plugin configs
 # ---------------------------------------------------------------------------------------------------
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -262,7 +188,7 @@ def check_plugin_configs(var: str, configs: object, default: str, mig_strategy: 
     return errors
 
 
-def check_node_plugin_configs(selection: dict[str, str | None], configs: dict, infos: dict[str, dict]) -> list[str]:
+def check_node_plugin_configs(selection: dict[str, str | None], configs: dict, infos: dict[str, SlimFacts]) -> list[str]:
     """Each node's chosen config exists, and an MPS config is not chosen for a node with a GPU in MIG mode."""
     errors = []
     for node, name in sorted(selection.items()):
@@ -273,7 +199,7 @@ def check_node_plugin_configs(selection: dict[str, str | None], configs: dict, i
                           f"(known: {', '.join(sorted(configs)) or 'none'})")
             continue
         strategy, _res = replicated(configs[name])
-        if strategy == "mps" and any((g.get("mig") or {}).get("current") for g in nvml_gpus(infos.get(node))):
+        if strategy == "mps" and node in infos and any(g["mig"]["current"] for g in nvml_gpus(infos[node])):
             errors.append(f"gpuops_device_plugin_config on {node}: {name!r} uses MPS, which the device plugin "
                           "refuses on a node whose GPUs are in MIG mode")
     return errors
@@ -283,13 +209,13 @@ def check_node_plugin_configs(selection: dict[str, str | None], configs: dict, i
 # Expected allocatable
 # ---------------------------------------------------------------------------------------------------
 
-def advertised(info: dict | None, mig_strategy: str, config: dict | None = None) -> dict[str, int]:
+def advertised(info: SlimFacts, mig_strategy: str, config: dict | None = None) -> dict[str, int]:
     """The extended resources the device plugin advertises on a node, sharing included."""
     gpus = nvml_gpus(info)
     count = gpu_count(info)
     if count == 0:
         return {}
-    mig = [list((g.get("mig") or {}).get("devices") or []) for g in gpus if (g.get("mig") or {}).get("current")]
+    mig = [g["mig"]["devices"] for g in gpus if g["mig"]["current"]]
     full = count - len(mig)
     if mig_strategy == "none" or not mig:
         base = {"nvidia.com/gpu": count}
@@ -300,7 +226,7 @@ def advertised(info: dict | None, mig_strategy: str, config: dict | None = None)
         base = {"nvidia.com/gpu": full} if full else {}
         for devs in mig:
             for dev in devs:
-                key = "nvidia.com/mig-" + dev["profile"].replace("+", ".")
+                key = "nvidia.com/mig-" + str(dev["profile"]).replace("+", ".")
                 base[key] = base.get(key, 0) + 1
     _strategy, shared = replicated(config or {})
     out: dict[str, int] = {}

@@ -1,38 +1,18 @@
 """The cluster side's decisions: node labels, device plugin config rules, expected resources, MIG configs, DCGM CSV.
 
-Facts are gpu_info's structure for real hardware (A100 80GB PCIe with MIG, L40S): the shape the module returns,
-with the NVML profile table the driver reports for the A100.
+Facts are the cluster side's projection of gpu_info (test_facts.py) for real hardware (A100 80GB PCIe with MIG,
+L40S), with the NVML profile table the driver reports for the A100.
 """
 
 from __future__ import annotations
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models
 from ansible_collections.gpuops.nvidia.plugins.modules.node_labels import plan
 
-A100_PROFILES = (
-    ("1g.10gb", 7, 1, 9728), ("2g.20gb", 3, 2, 19968), ("3g.40gb", 2, 3, 40192), ("4g.40gb", 1, 4, 40192),
-    ("7g.80gb", 1, 7, 80896), ("1g.10gb+me", 1, 1, 9728), ("1g.20gb", 4, 1, 19968),
-)
-A30_PROFILES = (("1g.6gb", 4, 1, 5836), ("1g.6gb+me", 1, 1, 5836), ("2g.12gb", 2, 2, 11672), ("4g.24gb", 1, 4, 23344))
+from .test_facts import A30_PROFILES, A100, CPU, L40S, gpu, info
 
-
-def gpu(index, bus, mig_current=False, devices=(), profiles=A100_PROFILES, name="NVIDIA A100 80GB PCIe"):
-    return {"index": index, "bus_id": bus, "name": name,
-            "mig": {"capable": bool(profiles), "current": mig_current,
-                    "profiles": [{"name": n, "instances": m, "slices": s, "memory_mib": mem} for n, m, s, mem in profiles],
-                    "devices": [{"profile": p} for p in devices]}}
-
-
-def info(device_id, gpus, mig=True):
-    return {"summary": {"gpu_count": len(gpus), "mig_capable": mig},
-            "pci": {"gpus": [{"bus_id": g["bus_id"], "device_id": device_id} for g in gpus]},
-            "nvml": {"gpus": gpus}}
-
-
-A100 = info("20b5", [gpu(0, "a", True, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]), gpu(1, "b")])
-L40S = info("26b9", [gpu(i, str(i), profiles=(), name="NVIDIA L40S") for i in range(4)], mig=False)
-CPU = {"summary": {"gpu_count": 0, "mig_capable": None}, "pci": {"gpus": []}, "nvml": {"gpus": []}}
 TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
 
 
@@ -91,15 +71,6 @@ def test_expected_resources_multiply_shared_gpus():
     assert cluster.advertised(CPU, "mixed", TS4) == {}
 
 
-def test_models_come_from_nvml_with_their_memory_span():
-    models = cluster.gpu_models(A100)
-    assert list(models) == ["0x20B510DE"]
-    table = models["0x20B510DE"]["profiles"]
-    assert {n: (p["max"], p["size"]) for n, p in table.items()} == {
-        "1g.10gb": (7, 1), "2g.20gb": (3, 2), "3g.40gb": (2, 4), "4g.40gb": (1, 4), "7g.80gb": (1, 8),
-        "1g.10gb+me": (1, 1), "1g.20gb": (4, 2)}
-
-
 @pytest.mark.parametrize(("devices", "fits"), [
     ({"1g.10gb": 7}, True), ({"3g.40gb": 2}, True), ({"4g.40gb": 1, "3g.40gb": 1}, True),
     ({"4g.40gb": 1, "2g.20gb": 1, "1g.10gb": 1}, True), ({"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}, True),
@@ -108,11 +79,11 @@ def test_models_come_from_nvml_with_their_memory_span():
     ({"7g.80gb": 1, "1g.10gb": 1}, False), ({"1g.20gb": 4, "1g.10gb": 1}, False),
 ])
 def test_placement_matches_the_known_layouts(devices, fits):
-    assert cluster._fits(cluster.gpu_models(A100)["0x20B510DE"]["profiles"], devices) is fits
+    assert cluster._fits(gpu_models(A100)["0x20B510DE"]["profiles"], devices) is fits
 
 
 def test_a_four_slice_gpu():
-    table = cluster.gpu_models(info("20b7", [gpu(0, "a", profiles=A30_PROFILES, name="NVIDIA A30")]))["0x20B710DE"]["profiles"]
+    table = gpu_models(info("20b7", [gpu(0, "a", profiles=A30_PROFILES, name="NVIDIA A30")]))["0x20B710DE"]["profiles"]
     assert cluster._fits(table, {"2g.12gb": 1, "1g.6gb": 2}) and not cluster._fits(table, {"4g.24gb": 1, "1g.6gb": 1})
 
 
@@ -124,7 +95,7 @@ def test_a_four_slice_gpu():
     ({"1g.10gb": 0}, "every count is 0"),
 ])
 def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
-    models = cluster.gpu_models(A100)
+    models = gpu_models(A100)
     errors = cluster.check_mig_configs("gpuops_mig_manager_configs",
                                        {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": mig_devices}]}, models)
     assert any(fragment in e for e in errors), errors
@@ -132,28 +103,28 @@ def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
 
 
 def test_a_device_filter_limits_the_models_checked():
-    models = {**cluster.gpu_models(A100), "0x233010DE": {"name": "H100", "profiles": {}}}
+    models = {**gpu_models(A100), "0x233010DE": {"name": "H100", "profiles": {}}}
     entry = {"device-filter": "0x20B510DE", "devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}
     assert cluster.check_mig_configs("v", {"c": [entry]}, models) == []
     assert "are unknown" in cluster.check_mig_configs("v", {"c": [{**entry, "device-filter": None}]}, models)[0]
 
 
 def test_generated_configs_match_nvidia_defaults_for_the_a100():
-    configs = cluster.generated_mig_configs(cluster.gpu_models(A100))
+    configs = cluster.generated_mig_configs(gpu_models(A100))
     assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
     assert configs["all-balanced"] == [{"devices": "all", "mig-enabled": True,
                                         "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}]
     assert configs["all-1g.10gb.me"][0]["mig-devices"] == {"1g.10gb+me": 1}
     assert configs["all-1g.20gb"][0]["mig-devices"] == {"1g.20gb": 4}
-    both = cluster.generated_mig_configs({**cluster.gpu_models(A100), **cluster.gpu_models(
+    both = cluster.generated_mig_configs({**gpu_models(A100), **gpu_models(
         info("20b7", [gpu(0, "x", profiles=A30_PROFILES, name="NVIDIA A30")]))})
     assert [e["device-filter"] for e in both["all-balanced"]] == ["0x20B510DE", "0x20B710DE"]
     assert both["all-balanced"][1]["mig-devices"] == {"1g.6gb": 2, "2g.12gb": 1}
-    assert cluster.check_mig_configs("v", both, {**cluster.gpu_models(A100)}) == []
+    assert cluster.check_mig_configs("v", both, {**gpu_models(A100)}) == []
 
 
 def test_node_mig_choice_must_exist_and_cover_the_gpu():
-    configs = cluster.generated_mig_configs(cluster.gpu_models(A100))
+    configs = cluster.generated_mig_configs(gpu_models(A100))
     assert cluster.check_node_mig_configs({"a": "all-balanced"}, configs, {"a": ["0x20B510DE"]}) == []
     assert "'nope' is not a MIG config" in cluster.check_node_mig_configs({"a": "nope"}, configs, {"a": ["0x20B510DE"]})[0]
     filtered = {"x": [{"device-filter": "0x233010DE", "devices": "all", "mig-enabled": False}]}

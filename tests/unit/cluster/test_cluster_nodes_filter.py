@@ -1,0 +1,49 @@
+"""The cluster_nodes filter: the one read of the GPU hosts, with the GFD labels each Node should carry."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes
+
+TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+KEYS = {"gpuops_device_plugin_config": ""}
+
+
+@pytest.fixture
+def hostvars(info_of):
+    return {
+        "h100-a": {"gpuops_gpu_info": info_of("hgx-h100")},
+        "h100-b": {"gpuops_gpu_info": info_of("hgx-h100"), "gpuops_device_plugin_config": "ts-4"},
+        "a100": {"gpuops_gpu_info": info_of("a100-pcie-mig"), "gpuops_cluster_node_name": "a100-node"},
+        "l40s": {"gpuops_gpu_info": info_of("l40s")},
+        "cpu": {"gpuops_gpu_info": info_of("no-gpu")},
+    }
+
+
+def test_each_node_carries_the_gfd_labels_of_its_hardware_and_sharing_config(hostvars):
+    nodes = cluster_nodes(list(hostvars), hostvars, KEYS, {"mig_strategy": "mixed", "configs": {"ts-4": TS4}, "default_config": ""})
+    assert sorted(nodes) == ["a100-node", "cpu", "h100-a", "h100-b", "l40s"]
+    assert nodes["h100-a"]["gfd_labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert nodes["h100-b"]["gfd_labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert nodes["h100-b"]["gfd_labels"]["nvidia.com/gpu.memory"] == "81559"  # read from the full facts, not the slim ones
+    assert all("memory_mib" not in gpu for gpu in nodes["h100-b"]["info"]["nvml"]["gpus"])
+    assert nodes["a100-node"]["gfd_labels"]["nvidia.com/mig-3g.40gb.count"] == "1"
+    assert nodes["l40s"]["gfd_labels"] is None  # no driver when its facts were read
+    assert nodes["cpu"]["gfd_labels"] is None
+
+
+def test_the_default_config_and_gfds_mig_strategy_apply(hostvars):
+    nodes = cluster_nodes(["h100-a", "a100"], hostvars, KEYS, {"mig_strategy": "single", "configs": {"ts-4": TS4}, "default_config": "ts-4"})
+    assert nodes["h100-a"]["gfd_labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert nodes["a100-node"]["gfd_labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-80GB-PCIe-MIG-INVALID"
+
+
+def test_without_gfd_settings_there_is_no_expectation(hostvars):
+    nodes = cluster_nodes(["h100-a"], hostvars, KEYS)
+    assert nodes["h100-a"]["gfd_labels"] is None
+
+
+def test_a_host_without_facts_is_named(hostvars):
+    with pytest.raises(AnsibleFilterError, match="host bare has no gpuops_gpu_info"):
+        cluster_nodes(["h100-a", "bare"], {**hostvars, "bare": {}}, KEYS, {"mig_strategy": "mixed", "configs": {}, "default_config": ""})
