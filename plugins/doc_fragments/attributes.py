@@ -1,0 +1,49 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """The attributes every module of the collection declares.
+
+    The base fragment (gpuops.nvidia.attributes) describes check_mode, diff_mode and idempotent; each module
+    sets their `support` (and `details` where it is not simply full or none) in its own `attributes` block.
+    The named fragments add the action group of meta/runtime.yml the module belongs to; a module takes exactly one.
+    """
+
+    DOCUMENTATION = r"""
+options: {}
+attributes:
+  check_mode:
+    description: Can run in check mode and then reports the change it would make, without making it.
+  diff_mode:
+    description: Returns, when run with C(--diff), what it changed (or would change in check mode) as before and after.
+  idempotent:
+    description: Run twice in a row with the same arguments, the first time not in check mode, the second run reports no change.
+"""
+
+    # The modules that run on a GPU node (meta/runtime.yml action group `node`, and `gpu`, its 0.1 name).
+    ACTIONGROUP_NODE = r"""
+options: {}
+attributes:
+  action_group:
+    description: Use C(group/gpuops.nvidia.node) in C(module_defaults) to set options of the node modules once for a play.
+    support: full
+    membership:
+      - gpuops.nvidia.node
+      - gpuops.nvidia.gpu
+"""
+
+    # The modules that talk to the API server (meta/runtime.yml action group `cluster`).
+    ACTIONGROUP_CLUSTER = r"""
+options: {}
+attributes:
+  action_group:
+    description:
+      - Use C(group/gpuops.nvidia.cluster) in C(module_defaults) to set options of the cluster modules once for a play,
+        for example O(kubeconfig) and O(context).
+    support: full
+    membership:
+      - gpuops.nvidia.cluster
+"""
