@@ -23,6 +23,22 @@ attributes:
     description: Run twice in a row with the same arguments, the first time not in check mode, the second run reports no change.
 """
 
+    # The modules that only read (the *_info modules); each says in its own check_mode details what it reads.
+    INFO_MODULE = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+    details:
+      - It changes nothing, so there is no diff.
+  idempotent:
+    support: full
+    details:
+      - It never changes anything and always returns C(changed=false).
+"""
+
     # The modules that run on a GPU node (meta/runtime.yml action group `node`, and `gpu`, its 0.1 name).
     ACTIONGROUP_NODE = r"""
 options: {}

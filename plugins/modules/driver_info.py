@@ -110,20 +110,12 @@ options:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
+  - gpuops.nvidia.attributes.info_module
 attributes:
   check_mode:
-    support: full
     details:
       - It only reads (the package database, C(apt-cache policy), C(modinfo), C(/lib/modules)), so it runs the same in
         check mode.
-  diff_mode:
-    support: none
-    details:
-      - It changes nothing, so there is no diff.
-  idempotent:
-    support: full
-    details:
-      - It never changes anything and always returns C(changed=false).
 """
 
 EXAMPLES = r"""

@@ -43,19 +43,11 @@ requirements:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
+  - gpuops.nvidia.attributes.info_module
 attributes:
   check_mode:
-    support: full
     details:
       - It only reads (sysfs, C(/proc) and NVML), so it runs the same in check mode.
-  diff_mode:
-    support: none
-    details:
-      - It changes nothing, so there is no diff.
-  idempotent:
-    support: full
-    details:
-      - It never changes anything and always returns C(changed=false).
 seealso:
   - module: gpuops.nvidia.driver_info
     description: Plans the driver install from this structure.

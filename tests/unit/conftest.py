@@ -69,7 +69,7 @@ def _schema_errors(value: object, expected: object, where: str) -> list[str]:
     if expected is type(None):
         return [] if value is None else [f"{where}: {value!r} is not None"]
     if expected in (bool, str, float):
-        return [] if type(value) is expected else [f"{where}: {value!r} is not a {expected.__name__}"]
+        return [] if isinstance(value, expected) else [f"{where}: {value!r} is not a {expected.__name__}"]
     if expected is int:
         return [] if isinstance(value, int) and not isinstance(value, bool) else [f"{where}: {value!r} is not an int"]
     raise TypeError(f"{where}: the schema check does not know {expected!r}")

@@ -4,6 +4,7 @@ mode, idempotence, action group) through the shared fragment, and every filter h
 from __future__ import annotations
 
 import ast
+import copy
 import importlib
 import inspect
 import json
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.utils.plugin_docs import merge_fragment
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTIONS = REPO / ".build" / "collections"
 SUPPORT = ("full", "partial", "none")
+ATTRIBUTES = "gpuops.nvidia.attributes"
 FRAGMENTS = {"node": "gpuops.nvidia.attributes.actiongroup_node", "cluster": "gpuops.nvidia.attributes.actiongroup_cluster"}
 
 
@@ -44,6 +47,21 @@ def _module_doc(name: str) -> dict:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DOCUMENTATION" for t in node.targets):
             return yaml.safe_load(ast.literal_eval(node.value))
     raise AssertionError(f"plugins/modules/{name}.py has no DOCUMENTATION")
+
+
+def _attributes(name: str) -> dict:
+    """The module's attributes with the collection's attribute fragments merged in, as ansible-doc merges them
+    (the module's own values win)."""
+    from ansible_collections.gpuops.nvidia.plugins.doc_fragments.attributes import ModuleDocFragment
+
+    doc = _module_doc(name)
+    attributes = copy.deepcopy(doc.get("attributes") or {})
+    for fragment in doc.get("extends_documentation_fragment") or []:
+        if fragment != ATTRIBUTES and not fragment.startswith(ATTRIBUTES + "."):
+            continue
+        text = getattr(ModuleDocFragment, fragment[len(ATTRIBUTES) + 1:].upper() or "DOCUMENTATION")
+        merge_fragment(attributes, yaml.safe_load(text).get("attributes") or {})
+    return attributes
 
 
 def _supports_check_mode(name: str) -> bool:
@@ -108,7 +126,7 @@ def _run_ansible_doc(*args: str) -> subprocess.CompletedProcess:
     if not binary.exists():
         pytest.fail(f"{binary} is not installed: make venv installs it")
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    return subprocess.run([str(binary), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(binary), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _ansible_doc(*args: str) -> str:
@@ -147,12 +165,14 @@ def test_a_module_extends_the_attributes_fragment_and_its_side_group(name):
     groups = [g for g, members in _action_groups().items() if f"gpuops.nvidia.{name}" in members and g.endswith((".node", ".cluster"))]
     assert len(groups) == 1, groups
     side = groups[0].rsplit(".", 1)[1]
-    assert [f for f in extends if f.startswith("gpuops.nvidia.attributes.")] == [FRAGMENTS[side]]
+    assert [f for f in extends if f.startswith("gpuops.nvidia.attributes.actiongroup_")] == [FRAGMENTS[side]]
+    # Read-only modules take the info_module fragment (no diff, never changed), and only they do.
+    assert ("gpuops.nvidia.attributes.info_module" in extends) == name.endswith("_info")
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_a_module_declares_its_support_of_each_attribute(name):
-    attributes = _module_doc(name).get("attributes") or {}
+    attributes = _attributes(name)
     for key in ("check_mode", "diff_mode", "idempotent"):
         assert attributes.get(key, {}).get("support") in SUPPORT, f"{name}: attributes.{key}.support"
         if attributes[key]["support"] == "partial":
@@ -161,13 +181,13 @@ def test_a_module_declares_its_support_of_each_attribute(name):
 
 @pytest.mark.parametrize("name", MODULES)
 def test_check_mode_support_matches_the_argument_spec(name):
-    support = _module_doc(name)["attributes"]["check_mode"]["support"]
+    support = _attributes(name)["check_mode"]["support"]
     assert (support != "none") == _supports_check_mode(name), f"{name}: check_mode {support}, supports_check_mode {_supports_check_mode(name)}"
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_diff_mode_support_matches_the_code(name):
-    support = _module_doc(name)["attributes"]["diff_mode"]["support"]
+    support = _attributes(name)["diff_mode"]["support"]
     builds = _code_returns_diff(name)
     assert (support != "none") == builds, f"{name}: diff_mode {support}, but the code {'does' if builds else 'does not'} build a diff"
 

@@ -33,7 +33,9 @@ ModuleFlavour = Literal["open", "proprietary"]
 # pci: sysfs, no driver needed
 # ---------------------------------------------------------------------------------------------------
 
-# Functional form: `class` is a key.
+# Functional form: `class` is a key. pylint reads neither `X | None` inside it (a valid runtime union from
+# Python 3.10) nor classes that extend it; mypy checks both.
+# pylint: disable=unsupported-binary-operation
 PciDevice = TypedDict("PciDevice", {
     "bus_id": str,  # sysfs form, '0000:18:00.0'
     "vendor_id": str,  # '10de' or '15b3'
@@ -44,6 +46,7 @@ PciDevice = TypedDict("PciDevice", {
     "numa_node": int | None,
     "driver": str | None,  # the bound kernel driver
 })
+# pylint: enable=unsupported-binary-operation
 
 
 class GpuIdentity(TypedDict):
@@ -55,17 +58,17 @@ class GpuIdentity(TypedDict):
     grace: bool
 
 
-class PciGpu(PciDevice, GpuIdentity):
+class PciGpu(PciDevice, GpuIdentity):  # pylint: disable=inherit-non-class,inconsistent-mro
     """A GPU (class 0300 or 0302)."""
 
 
-class PciSwitch(PciDevice):
+class PciSwitch(PciDevice):  # pylint: disable=inherit-non-class
     """An NVSwitch on the PCI bus."""
 
     name: str
 
 
-class PciNic(PciDevice):
+class PciNic(PciDevice):  # pylint: disable=inherit-non-class
     """An NVIDIA (Mellanox) networking device."""
 
     family: str

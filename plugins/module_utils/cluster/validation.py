@@ -86,7 +86,6 @@ class Cluster(Protocol):
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """The Job's pods as the API serialises them (camelCase keys)."""
-        ...
 
 
 class Clock(Protocol):

@@ -78,8 +78,8 @@ def test_the_adapter_reads_nodes_jobs_and_pods_from_the_client_models():
         metadata=client.V1ObjectMeta(name="j"), status=client.V1JobStatus(failed=1, conditions=[
             client.V1JobCondition(type="Failed", status="True", reason="BackoffLimitExceeded", message="limit")]))])
     (job,) = adapter.list_jobs("ns", "app=x")
-    assert (job.name, job.succeeded, job.failed, job.conditions) == ("j", 0, 1, ({"type": "Failed", "reason": "BackoffLimitExceeded",
-                                                                                   "message": "limit"},))
+    failed = {"type": "Failed", "reason": "BackoffLimitExceeded", "message": "limit"}
+    assert (job.name, job.succeeded, job.failed, job.conditions) == ("j", 0, 1, (failed,))
     adapter.batch.list_namespaced_job.assert_called_once_with("ns", label_selector="app=x")
     adapter.core.list_namespaced_pod.return_value = client.V1PodList(items=[client.V1Pod(
         metadata=client.V1ObjectMeta(name="p"), status=client.V1PodStatus(phase="Pending", container_statuses=[

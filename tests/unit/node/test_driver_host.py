@@ -186,6 +186,7 @@ def test_a_marker_that_cannot_be_read_is_an_error_not_an_absent_marker(info_of, 
     with pytest.raises(IsADirectoryError):
         driver_host.make_plan(request(state_dir=str(state)), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
 
+
 def test_cuda_repository_needs_a_branch_and_plans_the_rhel_stream(info_of, root):
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: unset: the CUDA repository serves every branch"):
         driver_host.make_plan(request(distribution="Rocky", major_version="9", repository="cuda"), info_of("hgx-h100"),

@@ -66,7 +66,7 @@ V100 = {"bus_id": "0000:18:00.0", "vendor_id": "10de", "device_id": "1db4", "arc
     ("debian", "cuda", CudaDeb), ("rhel", "cuda", CudaRpm), ("rhel", "distro", CudaRpm),
 ])
 def test_each_family_and_repository_has_its_source(family, repository, source):
-    assert type(source_for(family, repository)) is source
+    assert source_for(family, repository).__class__ is source
 
 
 # Ubuntu's archive ---------------------------------------------------------------------------------
@@ -150,8 +150,8 @@ def test_debian_archive_refuses_another_branch_and_a_missing_driver():
 
 # NVIDIA's CUDA repository, deb --------------------------------------------------------------------
 
-CUDA_580 = {name: "580.105.08-1" for name in ("nvidia-dkms-580-open", "libnvidia-compute-580", "nvidia-compute-utils-580",
-                                               "nvidia-utils-580")} | {"linux-headers-6.8.0-151-generic": "6.8.0-151.151"}
+CUDA_580_PACKAGES = ("nvidia-dkms-580-open", "libnvidia-compute-580", "nvidia-compute-utils-580", "nvidia-utils-580")
+CUDA_580 = {name: "580.105.08-1" for name in CUDA_580_PACKAGES} | {"linux-headers-6.8.0-151-generic": "6.8.0-151.151"}
 
 
 def test_cuda_deb_needs_a_branch_and_checks_nothing_before_the_repository_is_configured():
