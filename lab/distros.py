@@ -50,6 +50,19 @@ MASKED_UNITS = (
     "unattended-upgrades.service",
 )
 
+# apt configuration every image carries (file under /etc/apt/apt.conf.d, content). apt retries a download
+# that failed on the network (connection refused or reset, timeout, name resolution), waiting longer before
+# each retry (Acquire::Retries::Delay, on by default) up to Delay::Maximum seconds; it does not retry an
+# HTTP error answer such as 503 (apt 2.6). It applies to the image build's own apt-get update and to every
+# package the roles install in a lab machine.
+APT_CONF = (
+    "80-gpuops-lab-retries",
+    "// Written by the gpuops lab image builder: retry transient download failures, backing off.\n"
+    'Acquire::Retries "5";\n'
+    'Acquire::Retries::Delay "true";\n'
+    'Acquire::Retries::Delay::Maximum "30";\n',
+)
+
 # Bump when the way an image is made changes in a way the fields below do not show.
 IMAGE_FORMAT = 2
 
@@ -79,6 +92,7 @@ class Distro:
             "distro": asdict(self),
             "packages": IMAGE_PACKAGES,
             "masked": MASKED_UNITS,
+            "apt_conf": APT_CONF,
             "format": IMAGE_FORMAT,
         }
         blob = json.dumps(recipe, sort_keys=True).encode()

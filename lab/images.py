@@ -17,8 +17,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .distros import IMAGE_PACKAGES, KEYRING_DIR, MASKED_UNITS, Distro, parse_debootstrap_sources, render_apt_sources
+from .distros import APT_CONF, IMAGE_PACKAGES, KEYRING_DIR, MASKED_UNITS, Distro, parse_debootstrap_sources, render_apt_sources
 from .errors import LabError
+from .retry import Backoff, note_retry, retry
 
 DEFAULT_MAX_AGE_DAYS = 14
 # Options for every systemd-nspawn the lab runs. There is no systemd on the host to register with;
@@ -77,6 +78,63 @@ def image_name(distro: Distro, today: dt.date) -> str:
 
 # apt-get update exits 0 when an index cannot be fetched; these lines mean it failed all the same.
 _APT_FETCH_FAILED = re.compile(r"^(W|E): (Failed to fetch|Some index files failed)")
+# An answer that another try will not change (the URL is wrong, not the network).
+_APT_PERMANENT = re.compile(r"\b(401|403|404|410)\s+\S")
+_APT_FETCH_URL = re.compile(r"^(?:W|E): Failed to fetch (\S+)")
+# What debootstrap prints (its functions file, warning/error) when a download fails.
+_DEBOOTSTRAP_PACKAGE = re.compile(r"^W: Couldn't download package (\S+) \(")
+_DEBOOTSTRAP_PACKAGES = re.compile(r"^E: Couldn't download packages: (.+)$")
+_DEBOOTSTRAP_FILE = re.compile(r"^E: (?:Couldn't download|Failed getting release file|Failed getting release signature file) (\S+)")
+# Retries of the network steps of a build: debootstrap starts over in a fresh root, apt-get update runs again.
+DEBOOTSTRAP_RETRY = Backoff(attempts=3, first=15.0, cap=120.0)
+APT_UPDATE_RETRY = Backoff(attempts=3, first=10.0, cap=60.0)
+
+
+class StepFailed(LabError):
+    """A build step that failed; carries the step's output so a caller can tell a download failure."""
+
+    def __init__(self, message: str, rc: int, lines: list[str]) -> None:
+        super().__init__(message)
+        self.rc = rc
+        self.lines = lines
+
+
+def debootstrap_missing_packages(output: str) -> list[str]:
+    """The packages debootstrap could not download, in the order it reported them (from its output)."""
+    found: list[str] = []
+    for line in output.splitlines():
+        line = line.strip()
+        m = _DEBOOTSTRAP_PACKAGE.match(line)
+        names = [m.group(1)] if m else []
+        m = _DEBOOTSTRAP_PACKAGES.match(line)
+        if m:
+            names = m.group(1).split()
+        found += [n for n in names if n not in found]
+    return found
+
+
+def debootstrap_download_failure(exc: Exception) -> str | None:
+    """What a failed debootstrap could not download, or None when it failed for another reason."""
+    if not isinstance(exc, StepFailed):
+        return None
+    packages = debootstrap_missing_packages("\n".join(exc.lines))
+    if packages:
+        return f"could not download package{'s' if len(packages) > 1 else ''} {', '.join(packages)}"
+    files = [m.group(1) for m in map(_DEBOOTSTRAP_FILE.match, exc.lines) if m]
+    if files:
+        return f"could not download {files[0]}"
+    return None
+
+
+def apt_fetch_failure(exc: Exception) -> str | None:
+    """What a failed apt-get update could not fetch, or None when another try would not help."""
+    if not isinstance(exc, StepFailed):
+        return None
+    failed = [ln for ln in exc.lines if _APT_FETCH_FAILED.match(ln)]
+    if not failed or any(_APT_PERMANENT.search(ln) for ln in failed if _APT_FETCH_URL.match(ln)):
+        return None
+    urls = [m.group(1) for m in map(_APT_FETCH_URL.match, failed) if m]
+    return f"could not fetch {', '.join(urls)}" if urls else "could not fetch every index"
 
 
 def _run(cmd: list[str], log: Path, what: str, fail_on: re.Pattern[str] | None = None) -> None:
@@ -93,7 +151,7 @@ def _run(cmd: list[str], log: Path, what: str, fail_on: re.Pattern[str] | None =
     bad = [ln for ln in lines if fail_on and fail_on.match(ln)]
     if rc != 0 or bad:
         detail = bad[0] if bad else (lines[-1] if lines else "no output")
-        raise LabError(f"{what} failed (exit {rc}): {detail} (full log: {log})")
+        raise StepFailed(f"{what} failed (exit {rc}): {detail} (full log: {log})", rc, lines)
 
 
 def _check_keyring(distro: Distro) -> str | None:
@@ -150,6 +208,10 @@ def configure_root(root: Path, distro: Distro) -> None:
     (root / "etc/dpkg/dpkg.cfg.d/01-gpuops-lab-nodoc").write_text(
         "path-exclude /usr/share/man/*\npath-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\n"
     )
+    # apt retries transient download failures in the build and in the machines (see APT_CONF).
+    apt_conf_dir = root / "etc/apt/apt.conf.d"
+    apt_conf_dir.mkdir(parents=True, exist_ok=True)
+    (apt_conf_dir / APT_CONF[0]).write_text(APT_CONF[1])
     (root / "etc/gpuops-lab-image").write_text(f"{distro.name} {distro.recipe_id}\n")
 
 
@@ -175,7 +237,14 @@ def build_image(distro: Distro, directory: Path, today: dt.date) -> Path:
         cmd += [distro.suite, str(root), ""]
         if distro.script:
             cmd.append(f"/usr/share/debootstrap/scripts/{distro.script}")
-        _run(cmd, log, f"debootstrap of {distro.name}")
+
+        def debootstrap() -> None:
+            # Each attempt starts from an empty root: debootstrap does not resume a half-made one.
+            shutil.rmtree(root, ignore_errors=True)
+            _run(cmd, log, f"debootstrap of {distro.name}")
+
+        what = f"debootstrap of {distro.name}"
+        retry(debootstrap, what=what, transient=debootstrap_download_failure, policy=DEBOOTSTRAP_RETRY, on_retry=note_retry(log, what))
 
         sources_list = root / "etc/apt/sources.list"
         archive_uri = parse_debootstrap_sources(sources_list.read_text())
@@ -187,7 +256,14 @@ def build_image(distro: Distro, directory: Path, today: dt.date) -> Path:
         configure_root(root, distro)
         # Fetch the package lists with the new sources: proves the sources and their signatures
         # are right, and spares every test run the download.
-        _run(_in_root(root, "apt-get", "-q", "update"), log, f"apt-get update in the {distro.name} image", _APT_FETCH_FAILED)
+        what = f"apt-get update in the {distro.name} image"
+        retry(
+            lambda: _run(_in_root(root, "apt-get", "-q", "update"), log, what, _APT_FETCH_FAILED),
+            what=what,
+            transient=apt_fetch_failure,
+            policy=APT_UPDATE_RETRY,
+            on_retry=note_retry(log, what),
+        )
         _run(_in_root(root, "apt-get", "clean"), log, f"apt-get clean in the {distro.name} image")
 
         final = directory / image_name(distro, today)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .errors import LabError
 from .images import cache_dir
+from .retry import Backoff, note_retry, retry
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -35,6 +36,18 @@ KWOK_VERSION = "v0.8.0"
 RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1}
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 WRAPPER_MODULE = "gpuops.invalid/lab"
+# Retries of a go command whose download failed on the network (the module cache keeps what did arrive).
+GO_RETRY = Backoff(attempts=4, first=2.0, cap=30.0)
+# A download failure another try may cure: the network or the proxy, not the module.
+_GO_TRANSIENT = re.compile(
+    r"connection reset|connection refused|i/o timeout|timeout awaiting|TLS handshake|unexpected EOF|context deadline exceeded"
+    r"|temporary failure in name resolution|server misbehaving|http2: |:\s(?:5\d\d|429)\b",
+    re.IGNORECASE,
+)
+# A real error: the module or version does not exist, or is not what the checksums say.
+_GO_PERMANENT = re.compile(r"unknown revision|invalid version|:\s(?:404|410)\b|checksum mismatch|SECURITY ERROR|malformed module path", re.IGNORECASE)
+_GO_MODULE = re.compile(r"(?<![\w.~/-])([A-Za-z0-9][\w.~/-]*@v\d[\w.+-]*)")
+_GO_PROXY_PATH = re.compile(r"://[^/\s]+/([^\s:@]+)/@(?:v/(v[^/\s]+?)\.(?:info|mod|zip)|v/list|latest)\b")
 
 
 @dataclass(frozen=True)
@@ -64,16 +77,80 @@ def go_env() -> dict[str, str]:
     return {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "LC_ALL": "C"}
 
 
-def _go(args: list[str], cwd: Path, log: Path, what: str, env: dict[str, str] | None = None) -> str:
-    """Run a go command; on failure raise with the exact error lines and where the whole log is."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, env=env or go_env(), check=False)
+class GoFailed(LabError):
+    """A go command that failed; carries its error lines so a caller can tell a network failure."""
+
+    def __init__(self, message: str, errors: list[str]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+def _json_errors(stdout: str) -> list[str]:
+    """The "Error" fields of the JSON objects a `go ... -json` command printed (it reports failures there)."""
+    found, pos, decoder = [], 0, json.JSONDecoder()
+    while True:
+        start = stdout.find("{", pos)
+        if start < 0:
+            return found
+        try:
+            obj, pos = decoder.raw_decode(stdout, start)
+        except ValueError:
+            return found
+        if isinstance(obj, dict) and isinstance(obj.get("Error"), str):
+            found.append(obj["Error"])
+
+
+def _unescape_module(path: str) -> str:
+    """The module proxy's case encoding back to the path: !x is X."""
+    return re.sub(r"!([a-z])", lambda m: m.group(1).upper(), path)
+
+
+def failed_modules(errors: list[str]) -> list[str]:
+    """The modules (path@version, or a path) named in go's error lines."""
+    found: list[str] = []
+    for line in errors:
+        names = _GO_MODULE.findall(line)
+        if not names:
+            names = [_unescape_module(p) + (f"@{v}" if v else "") for p, v in _GO_PROXY_PATH.findall(line)]
+        found += [n for n in names if n not in found]
+    return found
+
+
+def go_download_failure(exc: Exception) -> str | None:
+    """What a failed go command could not download, when the failure was the network's; None otherwise."""
+    if not isinstance(exc, GoFailed):
+        return None
+    if not any(_GO_TRANSIENT.search(e) for e in exc.errors) or any(_GO_PERMANENT.search(e) for e in exc.errors):
+        return None
+    modules = failed_modules([e for e in exc.errors if _GO_TRANSIENT.search(e)])
+    if not modules:
+        return "a module download failed"
+    return f"could not download module{'s' if len(modules) > 1 else ''} {', '.join(modules)}"
+
+
+def _go_once(args: list[str], cwd: Path, log: Path, what: str, env: dict[str, str]) -> str:
+    res = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
     with log.open("a") as fh:
         fh.write(f"$ go {' '.join(args)}  (in {cwd})\n{res.stdout}{res.stderr}\n")
     if res.returncode != 0:
         errors = [line for line in res.stderr.splitlines() if line.strip() and not line.startswith("go: downloading")]
-        raise LabError(f"{what} failed (go {' '.join(args[:2])}): {' | '.join(errors[-6:])} (full log: {log})")
+        errors += _json_errors(res.stdout)
+        raise GoFailed(f"{what} failed (go {' '.join(args[:2])}): {' | '.join(errors[-6:])} (full log: {log})", errors)
     return res.stdout
+
+
+def _go(args: list[str], cwd: Path, log: Path, what: str, env: dict[str, str] | None = None) -> str:
+    """Run a go command; on failure raise with the exact error lines and where the whole log is.
+
+    A failure to download a module over the network (connection reset or refused, timeout, TLS handshake,
+    unexpected EOF, HTTP 5xx or 429 from the proxy) is tried again, GO_RETRY times at most, backing off;
+    when the tries run out the error names the module. A real error (unknown revision, 404/410, checksum
+    mismatch, a compile error) is raised at once.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    run_env = env or go_env()
+    return retry(lambda: _go_once(args, cwd, log, what, run_env), what=what, transient=go_download_failure, policy=GO_RETRY,
+                 on_retry=note_retry(log, what))
 
 
 def staging_replaces(gomod: dict) -> list[str]:
