@@ -74,9 +74,9 @@ def test_retry_raises_a_real_error_at_once():
 def test_retry_uses_the_module_sleep_by_default(monkeypatch):
     slept = []
     monkeypatch.setattr(retry_mod, "SLEEP", slept.append)
-    action, _ = _flaky(1, Flaky("x"))
+    action, calls = _flaky(1, Flaky("x"))
     assert retry(action, what="x", transient=lambda e: "x") == "done"
-    assert slept == [Backoff().first]
+    assert slept == [Backoff().first] and len(calls) == 2
 
 
 # Lines as debootstrap's functions file prints them (warning COULDNTDL, error COULDNTDLPKGS).
@@ -224,7 +224,7 @@ def test_go_mod_download_is_retried_through_a_flaky_proxy(tmp_path, monkeypatch)
         out = _go(DOWNLOAD, tmp_path, log, f"fetching {MODULE}", env=_go_env(tmp_path, proxy))
     info = json.loads(out)
     assert info["Version"] == VERSION and "Error" not in info
-    assert [s for _, s in proxy.requests[:3]] == [503, 503, 200]
+    assert [status for _path, status in proxy.requests[:3]] == [503, 503, 200]
     assert slept == [2.0, 4.0]
     assert "attempt 2 failed, trying again" in log.read_text()
 
