@@ -79,18 +79,9 @@ class ChangeTracker:
     def changed(self) -> bool:
         return any(c.changed for c in self._changes.values())
 
-    def has_change_for(self, name: str) -> bool:
-        return name in self._changes and self._changes[name].changed
-
     def changes(self) -> list[Change]:
         """The entries that changed, in order."""
         return [c for c in self._changes.values() if c.changed]
-
-    def get_before(self, name: str) -> object:
-        return self._changes[name].before
-
-    def get_after(self, name: str) -> object:
-        return self._changes[name].after
 
     def diff(self) -> dict[str, object] | list[dict[str, object]] | None:
         """The `diff` of a module result; None without diff mode or without a change."""

@@ -10,7 +10,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import
 def test_no_diff_without_diff_mode_but_the_change_is_known():
     tracker = ChangeTracker(False)
     assert tracker.add("/etc/f", "old\n", "new\n")
-    assert tracker.changed and tracker.has_change_for("/etc/f")
+    assert tracker.changed and [c.name for c in tracker.changes()] == ["/etc/f"]
     assert tracker.diff() is None
     assert tracker.update({"changed": True, "diff": "stale"}) == {"changed": True}
 
@@ -40,7 +40,7 @@ def test_always_list_gives_one_change_as_a_list():
 def test_unchanged_entries_are_left_out():
     tracker = ChangeTracker(True)
     assert not tracker.add("/same", "x\n", "x\n")
-    assert not tracker.changed and not tracker.has_change_for("/same") and not tracker.has_change_for("/unknown")
+    assert not tracker.changed and tracker.changes() == []
     assert tracker.diff() is None and "diff" not in tracker.update({})
     tracker.add("/changed", "x\n", "y\n")
     assert tracker.diff() == {"before_header": "/changed", "after_header": "/changed", "before": "x\n", "after": "y\n"}
@@ -57,9 +57,10 @@ def test_absent_and_empty_are_different_but_both_shown_empty():
 def test_a_name_recorded_twice_keeps_its_first_before_and_its_last_after():
     tracker = ChangeTracker(True)
     tracker.add("/f", "a\n", "b\n")
-    assert tracker.get_before("/f") == "a\n" and tracker.get_after("/f") == "b\n"
-    assert not tracker.add("/f", "b\n", "a\n"), "back to where it was: no change"
-    assert tracker.get_after("/f") == "a\n" and tracker.diff() is None
+    tracker.add("/f", "b\n", "c\n")
+    assert tracker.diff() == {"before_header": "/f", "after_header": "/f", "before": "a\n", "after": "c\n"}
+    assert not tracker.add("/f", "c\n", "a\n"), "back to where it was: no change"
+    assert tracker.changes() == [] and tracker.diff() is None
 
 
 def test_values_other_than_text():
