@@ -83,6 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "distro": m.distro,
                 "port": m.port,
                 "pid": m.pid,
+                "nspawn_pid": lab.nspawn_pid(m),
                 "running": lab.is_ours(m),
                 "root": str(m.root),
                 "address": "127.0.0.1",

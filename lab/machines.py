@@ -1,9 +1,10 @@
 """Lab machines: copies of an image booted with systemd-nspawn, reached over SSH on loopback.
 
 Each machine shares the host's network, so its sshd listens on 127.0.0.1 on a port of its own.
-The PID of every systemd-nspawn process the lab starts is recorded in the state file; `down` stops
-exactly those processes (after checking that the PID still belongs to that machine) and removes
-the machine directories. Nothing is ever stopped by name.
+Each machine's systemd-nspawn runs under a supervisor (lab/supervise.py) that boots it again when
+the machine reboots. The supervisor's PID is recorded in the state file, the running nspawn's PID in
+the machine's directory; `down` stops exactly those processes (after checking that each PID still
+belongs to that machine) and removes the machine directories. Nothing is ever stopped by name.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -24,8 +26,11 @@ from .distros import get_distro
 from .errors import LabError
 from .hardware import HW_PATH, build_fake_nvml, load_profile, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
+from .supervise import remove_cgroup
 
 DEFAULT_BASE_PORT = 2221
+SUPERVISOR_MODULE = "lab.supervise"
+NSPAWN_PID_FILE = "nspawn.pid"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # Every machine gets fresh host keys when it is made, so there is nothing to pin or remember.
 SSH_OPTIONS = (
@@ -79,15 +84,6 @@ def ensure_unified_hierarchy(cgroup_fs: Path = CGROUP_FS) -> None:
         return
     unified.mkdir(exist_ok=True)
     subprocess.run(["mount", "-t", "cgroup2", "-o", "nosuid,nodev,noexec", "cgroup2", str(unified)], check=True)
-
-
-def remove_cgroup(path: Path) -> None:
-    """Remove a cgroup and the (empty) cgroups below it, deepest first."""
-    if not path.is_dir():
-        return
-    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        sub.rmdir()
-    path.rmdir()
 
 
 def state_dir() -> Path:
@@ -216,14 +212,22 @@ class Lab:
     # -- process checks ----------------------------------------------------------------------
     @staticmethod
     def is_ours(machine: Machine) -> bool:
-        """Whether machine.pid is alive and still the systemd-nspawn we started for it."""
-        if machine.pid <= 0:
+        """Whether machine.pid is alive and still the supervisor we started for this machine."""
+        argv = _cmdline(machine.pid)
+        if "-m" not in argv or "--" not in argv:
             return False
+        module = argv.index("-m") + 1
+        return module < len(argv) and argv[module] == SUPERVISOR_MODULE and machine.directory + "/root" in argv[argv.index("--") :]
+
+    @staticmethod
+    def nspawn_pid(machine: Machine) -> int:
+        """The PID of the machine's running systemd-nspawn (0 if none): read from the supervisor's PID
+        file, and only while that PID is still the systemd-nspawn of this machine."""
         try:
-            argv = Path(f"/proc/{machine.pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return False
-        return bool(argv) and argv[0].endswith(b"systemd-nspawn") and machine.directory.encode() + b"/root" in argv
+            pid = int((Path(machine.directory) / NSPAWN_PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return 0
+        return pid if _is_nspawn_of(pid, machine) else 0
 
     def processes_inside(self, machine: Machine) -> list[int]:
         """PIDs of processes whose root directory is this machine's (what `down` must leave none of)."""
@@ -272,25 +276,17 @@ class Lab:
             write_hardware(load_profile(machine.profile), root / HW_PATH.lstrip("/"), machine.name, os.uname().release, nvml_library)
 
     def boot(self, machine: Machine) -> None:
-        """Start systemd-nspawn in the background, in its own session and cgroup, and record its PID.
+        """Start the machine's supervisor (which starts systemd-nspawn) in the background; record its PID.
 
         With --keep-unit, nspawn hands its own cgroups to the machine's systemd as the machine's
         roots. Machines started from the same cgroup would share those trees, and their systemd
         instances remove each other's unit cgroups (units fail with 219/CGROUP), so each nspawn
-        first moves into a cgroup of its own in every hierarchy systemd uses.
+        first moves into a cgroup of its own in every hierarchy systemd uses; the supervisor makes
+        those cgroups afresh before every boot, the boots after a reboot included.
         """
-        log = Path(machine.directory) / "console.log"
         ensure_unified_hierarchy()
         cgroups = machine_cgroups(f"gpuops-lab.{machine.name}.{machine.port}")
-        for cgroup in cgroups:
-            remove_cgroup(cgroup)
-            cgroup.mkdir()
         machine.extra["cgroups"] = ":".join(str(c) for c in cgroups)
-
-        def enter_cgroup() -> None:
-            for cgroup in cgroups:
-                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-
         cmd = [
             "systemd-nspawn",
             *NSPAWN_COMMON,
@@ -301,15 +297,23 @@ class Lab:
             "-D",
             str(machine.root),
         ]
-        with log.open("wb") as out:
+        self.supervise(machine, cmd, cgroups)
+
+    def supervise(self, machine: Machine, cmd: list[str], cgroups: list[Path]) -> None:
+        """Start `python -m lab.supervise ... -- CMD` for the machine, in its own session, logging to its console log."""
+        log = Path(machine.directory) / "console.log"
+        argv = [sys.executable, "-m", SUPERVISOR_MODULE, "--pid-file", str(Path(machine.directory) / NSPAWN_PID_FILE)]
+        for cgroup in cgroups:
+            argv += ["--cgroup", str(cgroup)]
+        with log.open("ab") as out:
             proc = subprocess.Popen(
-                cmd,
+                [*argv, "--", *cmd],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                # Only a write to cgroup.procs between fork and exec.
-                preexec_fn=enter_cgroup,
+                # `-m lab.supervise` finds the lab package from here, whatever the caller's directory.
+                cwd=str(Path(__file__).resolve().parents[1]),
             )
         machine.pid = proc.pid
         machine.started = time.time()
@@ -341,12 +345,25 @@ class Lab:
         raise LabError(f"machine {machine.name} did not answer on 127.0.0.1:{machine.port} within {timeout:.0f}s ({last})")
 
     def stop(self, machine: Machine, timeout: float = 30.0) -> None:
-        """Stop one machine by its recorded PID: SIGTERM (a clean poweroff), SIGKILL if it hangs."""
+        """Stop one machine by its recorded PIDs: SIGTERM to the supervisor, which passes it to nspawn (a
+        clean poweroff) and exits when nspawn has; SIGKILL to both if they hang. An nspawn whose
+        supervisor is gone is stopped the same way, by its own PID."""
+        # A machine started before the lab had a supervisor recorded its nspawn's PID itself.
+        nspawn = self.nspawn_pid(machine) or (machine.pid if _is_nspawn_of(machine.pid, machine) else 0)
         if self.is_ours(machine):
             os.kill(machine.pid, signal.SIGTERM)
             if not wait_gone(machine.pid, timeout):
+                nspawn = self.nspawn_pid(machine) or nspawn
                 os.kill(machine.pid, signal.SIGKILL)
                 wait_gone(machine.pid, 10.0)
+                if nspawn and self.nspawn_pid(machine) == nspawn:
+                    os.kill(nspawn, signal.SIGKILL)
+                    wait_gone(nspawn, 10.0)
+        elif nspawn:
+            os.kill(nspawn, signal.SIGTERM)
+            if not wait_gone(nspawn, timeout):
+                os.kill(nspawn, signal.SIGKILL)
+                wait_gone(nspawn, 10.0)
         # The container's processes die with its init; wait for the last of them to be reaped.
         deadline = time.monotonic() + 10.0
         while self.processes_inside(machine) and time.monotonic() < deadline:
@@ -457,6 +474,23 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The argv of a running process ([] if none or unreadable)."""
+    if pid <= 0:
+        return []
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="surrogateescape").split("\0")[:-1] if raw else []
+
+
+def _is_nspawn_of(pid: int, machine: Machine) -> bool:
+    """Whether pid runs the systemd-nspawn of this machine (argv[0] systemd-nspawn, its root in argv)."""
+    argv = _cmdline(pid)
+    return bool(argv) and argv[0].endswith("systemd-nspawn") and machine.directory + "/root" in argv
 
 
 def _tail(path: Path) -> str:
