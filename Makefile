@@ -20,9 +20,18 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # Host packages the lab needs: systemd-nspawn, debootstrap, ssh client, zstd, a C compiler for the
 # simulated NVML library (and cgo in nvidia-ctk), and gpg to sign the lab's toolkit repository.
 LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6-dev gpg
+# Timing (docs/development.md, "Time budget"): each step of `make test` appends a line to $(TIMING), the
+# table is printed at the end. `molecule test --all` ran the scenarios in this (alphabetical) order.
+TIMING := .build/timing.tsv
+TIMING_BEGIN := .build/timing-begin
+TIME = $(LAB) time run --log $(TIMING) --name
+MOLECULE_SCENARIOS := cluster default hardware runtime
+FAST_SCENARIO ?= hardware
+# The report runs even when the venv step failed; it never changes make's exit status.
+REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report --log $(TIMING) --begin-file $(TIMING_BEGIN)
 
-.PHONY: help venv lab-deps collection demo test unit lint sanity lab-test molecule lab-up lab-down lab-status \
-	lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
+.PHONY: help venv lab-deps collection demo test test-steps test-fast test-fast-steps unit lint sanity sanity-run lab-test \
+	molecule lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -85,13 +94,13 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	@echo "The lab is still running: 'python -m lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
 unit: venv collection ## unit tests
-	$(BIN)/pytest tests/unit
+	$(TIME) unit $(BIN)/pytest tests/unit
 
 lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansible-lint (production profile)
-	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/ansible-lint --offline
-	$(BIN)/antsibull-changelog lint
+	$(TIME) lint/ruff $(BIN)/ruff check .
+	$(TIME) lint/mypy $(BIN)/mypy
+	$(TIME) lint/ansible-lint $(BIN)/ansible-lint --offline
+	$(TIME) lint/antsibull-changelog $(BIN)/antsibull-changelog lint
 
 $(SANITY_VENV)/.installed: requirements-sanity.txt
 	$(PYTHON) -m venv $(SANITY_VENV)
@@ -99,7 +108,11 @@ $(SANITY_VENV)/.installed: requirements-sanity.txt
 	$(SANITY_VENV)/bin/pip install -q -r requirements-sanity.txt
 	touch $@
 
-sanity: $(SANITY_VENV)/.installed ## ansible-test sanity on a copy of the collection at its namespace path
+sanity: venv ## ansible-test sanity on a copy of the collection at its namespace path
+	$(TIME) sanity $(MAKE) --no-print-directory sanity-run
+
+# The sanity step itself, timed as one by `sanity` (its venv included).
+sanity-run: $(SANITY_VENV)/.installed
 	# ansible-test bootstraps pip in each test venv with a script from a host outside the package
 	# registries; give it our stand-in (tests/sanity/get_pip_standin.py) under the name it looks for.
 	pipver=$$($(SANITY_VENV)/bin/python -c 'import inspect, re; from ansible_test._internal import python_requirements as m; print(re.search(r"pip=.([0-9.]+).", inspect.getsource(m.get_venv_packages))[1])'); \
@@ -113,12 +126,24 @@ sanity: $(SANITY_VENV)/.installed ## ansible-test sanity on a copy of the collec
 	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
 
 lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
-	$(BIN)/pytest -p no:cacheprovider tests/integration
+	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider tests/integration
 
-molecule: venv lab-deps collection ## molecule scenarios on lab machines
-	$(BIN)/molecule test --all
+molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)
+	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s; done
 
-test: venv lab-deps collection unit lint sanity lab-test molecule ## everything CI runs
+test: ## everything CI runs, then the timing table (budget: 40 min warm)
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
+	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
+	  echo; $(REPORT) --budget-min 40 || true; exit $$rc
+
+test-steps: venv lab-deps collection unit lint sanity lab-test molecule
+
+test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
+	@rc=0; $(MAKE) --no-print-directory test-fast-steps MOLECULE_SCENARIOS="$(FAST_SCENARIO)" || rc=$$?; \
+	  echo; $(REPORT) --budget-min 15 || true; exit $$rc
+
+test-fast-steps: venv lab-deps collection unit lint sanity molecule
 
 clean: ## remove build output (not the image cache)
 	rm -rf .build tests/output

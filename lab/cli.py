@@ -1,4 +1,4 @@
-"""The lab's command line: `python -m lab up|down|status|ssh|image|cluster|repo`.
+"""The lab's command line: `python -m lab up|down|status|ssh|image|cluster|repo|time`.
 
 Every problem the user can fix is reported as one line on stderr ("lab: error: ...") with exit 2.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import toolkit
+from . import timing, toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
@@ -197,6 +197,20 @@ def cmd_repo_build(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_time_run(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise LabError("time run: no command given (lab time run --log FILE --name NAME -- CMD...)")
+    return timing.run_timed(Path(args.log), args.name, command)
+
+
+def cmd_time_report(args: argparse.Namespace) -> int:
+    begin = timing.read_begin(Path(args.begin_file) if args.begin_file else None)
+    budget = args.budget_min * 60 if args.budget_min is not None else None
+    print(timing.format_table(timing.read_log(Path(args.log)), begin, time.time(), budget))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lab", description="The gpuops lab: systemd-nspawn machines reached over SSH.")
     parser.add_argument("--state", help="state directory (default: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab)")
@@ -260,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     rsub.add_parser("down", help="stop the server (by PID)").set_defaults(func=cmd_repo_down)
     rsub.add_parser("status", help="the server's address and PID, as JSON").set_defaults(func=cmd_repo_status)
     rsub.add_parser("build", help="build (or find in the cache) the repository").set_defaults(func=cmd_repo_build)
+
+    timed = sub.add_parser("time", help="time the steps of `make test` and print the table (no root needed)")
+    tsub = timed.add_subparsers(dest="time_cmd", required=True)
+    trun = tsub.add_parser("run", help="run a command, append its name, start, duration and exit code to the log")
+    trun.add_argument("--log", required=True, help="the log (tab-separated; created with its directory)")
+    trun.add_argument("--name", required=True, help="the step's name in the table")
+    trun.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    trun.set_defaults(func=cmd_time_run)
+    treport = tsub.add_parser("report", help="print the timing table of the log")
+    treport.add_argument("--log", required=True)
+    treport.add_argument("--begin-file", help="file with the epoch seconds at which the run began (gives the setup row)")
+    treport.add_argument("--budget-min", type=int, help="the budget in minutes: adds a within/OVER line")
+    treport.set_defaults(func=cmd_time_report)
     return parser
 
 

@@ -1,0 +1,88 @@
+"""Timing of `make test`: each step appends a line to a log, the report prints a table against the budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Row:
+    """One timed step: its name, start (epoch seconds), duration in seconds and return code."""
+
+    name: str
+    start: float
+    seconds: float
+    rc: int
+
+
+def run_timed(log: Path, name: str, cmd: list[str]) -> int:
+    """Run cmd (stdout and stderr inherited), append `name\\tstart\\tseconds\\trc` to log, return its code."""
+    start = time.time()
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.call(cmd)
+    except FileNotFoundError:
+        print(f"lab time: command not found: {cmd[0]}", file=sys.stderr)
+        rc = 127
+    except KeyboardInterrupt:
+        rc = 130
+    seconds = time.monotonic() - t0
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"{name}\t{start:.3f}\t{seconds:.3f}\t{rc}\n")
+    return rc
+
+
+def read_log(log: Path) -> list[Row]:
+    """The rows of log in order; a missing file is empty, a malformed line is skipped."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) != 4 or not parts[0]:
+            continue
+        try:
+            rows.append(Row(parts[0], float(parts[1]), float(parts[2]), int(parts[3])))
+        except ValueError:
+            continue
+    return rows
+
+
+def mmss(seconds: float) -> str:
+    """Seconds as minutes:seconds, minutes right-aligned in two columns (` 6:57`)."""
+    m, s = divmod(max(0, round(seconds)), 60)
+    return f"{m:>2}:{s:02d}"
+
+
+def format_table(rows: list[Row], begin: float | None, end: float, budget_s: int | None) -> str:
+    """The table: setup (begin to the first step), one line per step, the total and the budget line."""
+    first = rows[0].start if rows else end
+    width = max([len("setup"), len("total"), *(len(r.name) for r in rows)])
+    lines = [f"{'step':<{width}}  {'time':>5}  result"]
+    if begin is not None:
+        lines.append(f"{'setup':<{width}}  {mmss(first - begin)}  venv, lab host packages, collection link")
+    for r in rows:
+        lines.append(f"{r.name:<{width}}  {mmss(r.seconds)}  {'ok' if r.rc == 0 else f'FAILED (rc {r.rc})'}")
+    total = end - (begin if begin is not None else first)
+    lines.append(f"{'total':<{width}}  {mmss(total)}")
+    if budget_s is not None:
+        verdict = "within" if total <= budget_s else f"OVER by {mmss(total - budget_s).strip()}"
+        lines.append(f"budget: {mmss(budget_s).strip()} warm (docs/development.md); this run: {mmss(total).strip()} ({verdict})")
+    return "\n".join(lines)
+
+
+def read_begin(path: Path | None) -> float | None:
+    """The epoch float in path (written when `make test` starts), or None when absent or unreadable."""
+    if path is None:
+        return None
+    try:
+        return float(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None

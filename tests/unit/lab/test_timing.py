@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import cli
+from lab.timing import Row, format_table, read_begin, read_log, run_timed
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(("cmd", "rc"), [(["true"], 0), (["false"], 1), (["sh", "-c", "exit 3"], 3)])
+def test_run_timed_records_name_and_code(tmp_path: Path, cmd: list[str], rc: int) -> None:
+    log = tmp_path / "new" / "dir" / "timing.tsv"
+    assert run_timed(log, "lint/ruff", cmd) == rc
+    [row] = read_log(log)
+    assert (row.name, row.rc) == ("lint/ruff", rc)
+    assert 0 <= row.seconds < 10
+    assert row.start > 1.7e9
+
+
+def test_run_timed_appends_and_measures(tmp_path: Path) -> None:
+    log = tmp_path / "timing.tsv"
+    run_timed(log, "a", ["true"])
+    run_timed(log, "b", ["sleep", "0.3"])
+    rows = read_log(log)
+    assert [r.name for r in rows] == ["a", "b"]
+    assert 0.25 <= rows[1].seconds < 5
+    assert rows[0].start <= rows[1].start
+    assert all(line.count("\t") == 3 for line in log.read_text().splitlines())
+
+
+def test_missing_command_is_127(tmp_path: Path) -> None:
+    log = tmp_path / "timing.tsv"
+    assert run_timed(log, "x", ["/nonexistent/command"]) == 127
+    assert read_log(log)[0].rc == 127
+
+
+def test_read_log_missing_file_is_empty(tmp_path: Path) -> None:
+    assert read_log(tmp_path / "nope.tsv") == []
+
+
+def test_read_log_skips_malformed_lines(tmp_path: Path) -> None:
+    log = tmp_path / "timing.tsv"
+    log.write_text("unit\t100.0\t41.2\t0\ngarbage\nlint\tx\t1\t0\n\nsanity\t200\t3\t0\textra\n\t1\t2\t0\nmolecule/default\t300.5\t417\t2\nhalf")
+    assert read_log(log) == [Row("unit", 100.0, 41.2, 0), Row("molecule/default", 300.5, 417.0, 2)]
+
+
+def test_read_begin(tmp_path: Path) -> None:
+    begin = tmp_path / "begin"
+    assert read_begin(begin) is None
+    assert read_begin(None) is None
+    begin.write_text("1700000000.25\n")
+    assert read_begin(begin) == 1700000000.25
+    begin.write_text("yesterday")
+    assert read_begin(begin) is None
+
+
+ROWS = [Row("unit", 1062.0, 41.0, 0), Row("molecule/hardware", 1110.0, 417.4, 0), Row("molecule/runtime", 1530.0, 30.0, 2)]
+
+
+def test_table_within_budget() -> None:
+    lines = format_table(ROWS, begin=1000.0, end=1000.0 + 26 * 60 + 27, budget_s=40 * 60).splitlines()
+    assert lines[0].split() == ["step", "time", "result"]
+    assert lines[1].split()[:2] == ["setup", "1:02"]
+    assert lines[2].split() == ["unit", "0:41", "ok"]
+    assert lines[3].split() == ["molecule/hardware", "6:57", "ok"]
+    assert " 6:57  ok" in lines[3]
+    assert lines[4].split() == ["molecule/runtime", "0:30", "FAILED", "(rc", "2)"]
+    assert lines[5].split() == ["total", "26:27"]
+    assert lines[6] == "budget: 40:00 warm (docs/development.md); this run: 26:27 (within)"
+    assert len(lines) == 7
+
+
+def test_table_over_budget() -> None:
+    table = format_table(ROWS, begin=1000.0, end=1000.0 + 43 * 60 + 12, budget_s=40 * 60)
+    assert table.splitlines()[-1] == "budget: 40:00 warm (docs/development.md); this run: 43:12 (OVER by 3:12)"
+
+
+def test_table_without_begin_or_budget() -> None:
+    lines = format_table(ROWS, begin=None, end=1600.0, budget_s=None).splitlines()
+    assert not any(line.startswith(("setup", "budget")) for line in lines)
+    assert lines[-1].split() == ["total", "8:58"]  # 1600 - 1062, from the first step's start
+
+
+def test_table_of_no_steps() -> None:
+    lines = format_table([], begin=1000.0, end=1090.0, budget_s=None).splitlines()
+    assert lines[1].split()[:2] == ["setup", "1:30"]
+    assert lines[-1].split() == ["total", "1:30"]
+
+
+def test_report_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "timing.tsv"
+    log.write_text("unit\t100\t61\t0\n")
+    assert cli.main(["time", "report", "--log", str(log), "--budget-min", "15"]) == 0
+    out = capsys.readouterr().out
+    assert "unit" in out and " 1:01  ok" in out and "budget: 15:00 warm" in out
+
+
+def test_run_command_exits_with_the_code(tmp_path: Path) -> None:
+    log = tmp_path / "t" / "timing.tsv"
+    argv = [sys.executable, "-m", "lab", "time", "run", "--log", str(log), "--name", "molecule/x", "--", "sh", "-c", "exit 4"]
+    assert subprocess.run(argv, cwd=REPO, check=False).returncode == 4
+    assert [(r.name, r.rc) for r in read_log(log)] == [("molecule/x", 4)]
+
+
+def test_run_command_without_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["time", "run", "--log", str(tmp_path / "t.tsv"), "--name", "x", "--"]) == 2
+    assert "no command given" in capsys.readouterr().err
