@@ -61,7 +61,9 @@ options:
     choices: [auto, open, proprietary]
     default: auto
   kernel_release:
-    description: Kernel to install the modules for; empty for the running kernel, or the newest installed one in an image build.
+    description:
+      - Kernel to install the modules for; empty for the running kernel, or the newest installed one in an image build.
+      - Empty, a newer installed kernel (the one the node boots next) is planned too (C(boot_kernel) in RV(plan)).
     type: str
     default: ""
   compute_only:
@@ -136,6 +138,9 @@ plan:
       set; with O(offline=true) the packages are not planned (C(packages) is empty, C(install) false).
     - C(cuda_repo) is set for the CUDA repository, C(rhel) (module stream, packages, versionlock) on the RHEL family;
       C(warnings) says why the plan differs from the request (Debian's open modules lagging its userspace).
+    - C(boot_kernel) is the newest installed kernel when the node boots it next and it is not C(kernel) (a kernel
+      update waiting for its reboot); C(packages) then also holds that kernel's headers or precompiled modules, so the
+      module is there before the reboot. The plan is refused when the repository lacks them.
   returned: success
   type: dict
   sample:
@@ -148,6 +153,7 @@ plan:
     module_type_reason: Hopper GPUs support the open modules, NVIDIA's default
     kernel: 6.8.0-151-generic
     kernel_reason: the running kernel
+    boot_kernel: null
     packages: [nvidia-headless-no-dkms-580-server-open, nvidia-utils-580-server, linux-modules-nvidia-580-server-open-6.8.0-151-generic]
     install: true
     unhold: []
@@ -159,10 +165,11 @@ installed:
   description:
     - The driver the package database holds (packages, those providing the kernel module, version, branch, held and not
       held packages, packages of another branch) and the flavour of its module for the planned kernel (C(null) when
-      not read).
+      not read); C(module_types) has the flavour for each planned kernel (C(kernel) and C(boot_kernel)), C(null) for
+      one without the module.
   returned: success
   type: dict
-  sample: {packages: [], modules: [], version: null, branch: null, held: [], not_held: [], stray: [], module_type: null}
+  sample: {packages: [], modules: [], version: null, branch: null, held: [], not_held: [], stray: [], module_type: null, module_types: {}}
 candidates:
   description: The candidate version of each planned package (C(null) where the package lists have none); empty when no package was planned.
   returned: success

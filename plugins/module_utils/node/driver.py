@@ -207,6 +207,26 @@ def target_kernel(requested: str, running: str | None, installed: list[str], ima
                     "accepted: the release of the kernel the node will boot")
 
 
+def boot_kernel(target: str, installed: list[str], requested: str, image_build: bool) -> str | None:
+    """The kernel the node boots next when it is not the target: the newest installed one.
+
+    The boot loader's default on Debian, Ubuntu and the RHEL family is the newest kernel installed, so
+    a kernel update waiting for its reboot is that one; the driver must be ready for it before the
+    reboot. None when it is the target, when the kernel is set by gpuops_driver_kernel_release, and in
+    an image build (whose target already is the newest).
+    """
+    if requested or image_build or not installed:
+        return None
+    newest = max(installed, key=_kernel_key)
+    return None if newest == target else newest
+
+
+def kernel_packages(packages: list[str], kernel: str, other: str) -> list[str]:
+    """The planned packages made for one kernel (headers, precompiled modules), named for another."""
+    suffix = f"-{kernel}"
+    return [p[: -len(suffix)] + f"-{other}" for p in packages if p.endswith(suffix)]
+
+
 def available_branches(names: list[str], candidates: dict[str, str | None], module_type: str) -> list[int]:
     """Ubuntu -server branches whose headless package is real (not a transitional package of another branch)."""
     found = set()

@@ -182,7 +182,7 @@ class DriverRequest:
 
 # The keys of the module's `plan`, in the order it returns them.
 PLAN_KEYS = ("family", "repository", "method", "image_build", "branch", "module_type", "module_type_reason", "kernel",
-             "kernel_reason", "packages", "install", "unhold", "cuda_repo", "rhel", "warnings", "modprobe_options")
+             "kernel_reason", "boot_kernel", "packages", "install", "unhold", "cuda_repo", "rhel", "warnings", "modprobe_options")
 
 
 @dataclass
@@ -201,6 +201,7 @@ class DriverPlan:
     module_type_reason: str | None = None
     kernel: str | None = None
     kernel_reason: str | None = None
+    boot_kernel: str | None = None  # the newest installed kernel, when the node boots it next and it is not `kernel`
     packages: list[str] = field(default_factory=list)
     install: bool = False
     unhold: list[str] = field(default_factory=list)
@@ -209,12 +210,19 @@ class DriverPlan:
     warnings: list[str] = field(default_factory=list)
     candidates: dict[str, str | None] = field(default_factory=dict)
     installed_module_type: str | None = None  # the flavour of the nvidia module installed for the kernel
+    installed_module_types: dict[str, str | None] = field(default_factory=dict)  # the same for each planned kernel
+
+    @property
+    def kernels(self) -> list[str]:
+        """The kernels the driver is installed for: the target, and the one the node boots next."""
+        return [k for k in (self.kernel, self.boot_kernel) if k]
 
     def result(self) -> dict[str, Any]:
         """The driver_info module's result: plan, installed (with its module flavour), marker, candidates."""
         return {
             "plan": {key: copy.deepcopy(getattr(self, key)) for key in PLAN_KEYS},
-            "installed": {**copy.deepcopy(self.installed), "module_type": self.installed_module_type},
+            "installed": {**copy.deepcopy(self.installed), "module_type": self.installed_module_type,
+                          "module_types": dict(self.installed_module_types)},
             "marker": self.marker,
             "candidates": dict(self.candidates),
         }
@@ -250,16 +258,48 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
         plan.branch = branch
         return plan
     source = driver_sources.source_for(family, request.repository)
-    choice = source.choose(_query(request, family, method, module_type, why, kernel, branch, installed["branch"]), host)
+    query = _query(request, family, method, module_type, why, kernel, branch, installed["branch"])
+    choice = source.choose(query, host)
     driver.check_branch_change(installed, choice.branch, request.allow_branch_change)
-    names = source.package_names(choice.packages)
-    plan.branch, plan.packages, plan.candidates = choice.branch, choice.packages, {n: choice.candidates.get(n) for n in names}
+    plan.boot_kernel = driver.boot_kernel(kernel, installed_kernels(request.root), request.kernel_release, plan.image_build)
+    packages, candidates = list(choice.packages), dict(choice.candidates)
+    if plan.boot_kernel:
+        extra = _boot_kernel_packages(plan, choice.packages, source.where(query), host)
+        packages += extra[0]
+        candidates |= extra[1]
+    names = source.package_names(packages)
+    plan.branch, plan.packages, plan.candidates = choice.branch, packages, {n: candidates.get(n) for n in names}
     plan.module_type, plan.module_type_reason, plan.warnings = choice.module_type, choice.module_type_reason, choice.warnings
     plan.cuda_repo, plan.rhel = choice.cuda_repo, choice.rhel
     plan.install = bool(source.missing(names, choice.branch, installed, everything))
     plan.unhold = source.to_unhold(installed, plan.install)
-    plan.installed_module_type = host.module_type(kernel) if installed["packages"] else None
+    if installed["packages"]:
+        plan.installed_module_types = {k: host.module_type(k) for k in plan.kernels}
+        plan.installed_module_type = plan.installed_module_types[kernel]
     return plan
+
+
+def _boot_kernel_packages(plan: DriverPlan, packages: list[str], where: str, host: Host) -> tuple[list[str], dict[str, str | None]]:
+    """The target kernel's headers or modules, for the kernel the node boots next; refused when the source lacks them.
+
+    A kernel update installed and waiting for its reboot: without these, DKMS cannot build (or no
+    precompiled module exists) for it, and the node comes back from the reboot without its GPUs.
+    """
+    kernel, boot = plan.kernel or "", plan.boot_kernel or ""
+    extra = driver.kernel_packages(packages, kernel, boot) if kernel and boot else []
+    if not extra or plan.family == "rhel":
+        # The RHEL family's kernel-devel is checked by dnf itself when it installs.
+        return extra, {}
+    found = host.candidates(extra)
+    missing = [p for p in extra if not found.get(p)]
+    if missing:
+        raise driver.PlanError(
+            "gpuops_driver_kernel_release",
+            f"unset, and the node boots kernel {boot} next (the newest installed; the driver's target is "
+            f"{kernel}, {plan.kernel_reason}), but {where} has no {', '.join(missing)} for it: after the reboot the "
+            "node would have no nvidia module; accepted: a kernel whose packages the repository has (or remove "
+            f"{boot}), gpuops_driver_method: dkms, or gpuops_driver_kernel_release set to the kernel to install for")
+    return extra, found
 
 
 def make_plan(params: Mapping[str, Any], gpu_info: Mapping[str, Any], host: Host, root: str = "/") -> dict[str, Any]:

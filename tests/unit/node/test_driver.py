@@ -357,3 +357,23 @@ def test_candidates_of_packages_without_a_headless_one_skip_the_transitional_che
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: 580: no package nvidia-utils-580 in Ubuntu 24 \(cuda repository\)"):
         driver.check_candidates("ubuntu", packages, {p: "580.105.08-1" for p in packages if p != "nvidia-utils-580"}, 580,
                                 "Ubuntu 24 (cuda repository)", [])
+
+
+@pytest.mark.parametrize(("target", "installed", "requested", "image_build", "expected"), [
+    ("5.15.0-204-generic", ["5.15.0-204-generic", "6.8.0-149-generic"], "", False, "6.8.0-149-generic"),
+    ("6.8.0-149-generic", ["5.15.0-204-generic", "6.8.0-149-generic"], "", False, None),
+    ("5.15.0-204-generic", ["5.15.0-204-generic", "6.8.0-149-generic"], "5.15.0-204-generic", False, None),
+    ("6.8.0-149-generic", ["6.8.0-149-generic"], "", True, None),
+    ("6.8.0-9-generic", ["6.8.0-9-generic", "6.8.0-10-generic"], "", False, "6.8.0-10-generic"),  # numbers, not text
+    ("6.8.0-9-generic", [], "", False, None),
+])
+def test_boot_kernel(target, installed, requested, image_build, expected):
+    assert driver.boot_kernel(target, installed, requested, image_build) == expected
+
+
+def test_kernel_packages_renames_only_the_kernel_specific_ones():
+    packages = ["nvidia-headless-580-server", "linux-headers-5.15.0-204-generic", "linux-modules-nvidia-580-server-5.15.0-204-generic"]
+    assert driver.kernel_packages(packages, "5.15.0-204-generic", "6.8.0-149-generic") == [
+        "linux-headers-6.8.0-149-generic", "linux-modules-nvidia-580-server-6.8.0-149-generic"]
+    assert driver.kernel_packages(["kernel-devel-5.14.0-503.el9.x86_64"], "5.14.0-503.el9.x86_64", "5.14.0-611.el9.x86_64") == [
+        "kernel-devel-5.14.0-611.el9.x86_64"]

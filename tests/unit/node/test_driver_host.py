@@ -223,7 +223,7 @@ def test_every_result_has_the_same_shape(info_of, root):
     for out in results:
         assert sorted(out) == ["candidates", "installed", "marker", "plan"]
         assert tuple(out["plan"]) == driver_host.PLAN_KEYS
-        assert sorted(out["installed"]) == ["branch", "held", "module_type", "modules", "not_held", "packages", "stray", "version"]
+        assert sorted(out["installed"]) == ["branch", "held", "module_type", "module_types", "modules", "not_held", "packages", "stray", "version"]
     assert [bool(out["candidates"]) for out in results] == [False, False, True]
 
 
@@ -265,3 +265,74 @@ def test_rhel_plans_the_stream_and_installs_only_when_the_branch_is_not_installe
     again = driver_host.make_plan(*args, fake.host(), root("5.14.0-503.el9.x86_64"))
     assert not again["plan"]["install"] and again["installed"]["module_type"] == "open"
     assert [c[0] for c in fake.calls] == ["rpm", "/usr/sbin/modinfo"]
+
+
+# A kernel update waiting for its reboot: jammy runs its GA kernel, the HWE kernel is installed and newest.
+GA, HWE = "5.15.0-204-generic", "6.8.0-149-generic"
+
+
+def running(info: dict, kernel: str) -> dict:
+    return {**info, "node": {**info["node"], "kernel": {**info["node"]["kernel"], "running": kernel}}}
+
+
+def test_a_newer_installed_kernel_gets_its_headers_before_the_reboot(info_of, root):
+    out = driver_host.make_plan(request(major_version="22", method="dkms"), running(info_of("v100"), GA), FakeHost("jammy").host(),
+                                root(GA, HWE))
+    plan = out["plan"]
+    assert (plan["kernel"], plan["kernel_reason"], plan["boot_kernel"]) == (GA, "the running kernel", HWE)
+    assert f"linux-headers-{GA}" in plan["packages"] and f"linux-headers-{HWE}" in plan["packages"]
+    assert plan["install"]
+    assert out["candidates"][f"linux-headers-{HWE}"] == "6.8.0-149.149~22.04.1"
+
+
+def test_a_newer_installed_kernel_gets_its_precompiled_modules(info_of, root):
+    out = driver_host.make_plan(request(major_version="22"), running(info_of("v100"), GA), FakeHost("jammy").host(), root(GA, HWE))
+    packages = out["plan"]["packages"]
+    for name in ("linux-modules-nvidia-580-server-", "linux-objects-nvidia-580-server-", "linux-signatures-nvidia-"):
+        assert name + GA in packages and name + HWE in packages
+
+
+def test_a_boot_kernel_the_repository_has_nothing_for_is_refused_before_any_change(info_of, root):
+    fake = FakeHost("jammy")
+    with pytest.raises(PlanError, match=r"gpuops_driver_kernel_release: unset, and the node boots kernel 6\.8\.0-999-generic next .*"
+                                        r"no linux-headers-6\.8\.0-999-generic"):
+        driver_host.make_plan(request(major_version="22", method="dkms"), running(info_of("v100"), GA), fake.host(),
+                              root(GA, "6.8.0-999-generic"))
+    assert not [c for c in fake.calls if c[0] not in ("apt-cache", "dpkg-query")]
+
+
+@pytest.mark.parametrize(("kernels", "image_build", "kernel_release", "boot"), [
+    ((GA,), "false", "", None),                      # one kernel: nothing else to boot
+    ((GA, HWE), "true", "", None),                   # an image build installs for the newest already
+    ((GA, HWE), "false", GA, None),                  # the user named the kernel
+    (("5.15.0-100-generic", GA), "false", "", None),  # the running kernel is the newest
+])
+def test_no_boot_kernel_when_the_target_is_what_boots(info_of, root, kernels, image_build, kernel_release, boot):
+    out = driver_host.make_plan(request(major_version="22", method="dkms", image_build=image_build, kernel_release=kernel_release),
+                                running(info_of("v100"), GA), FakeHost("jammy").host(), root(*kernels))
+    assert out["plan"]["boot_kernel"] == boot
+    assert [p for p in out["plan"]["packages"] if p.startswith("linux-headers-")] == [f"linux-headers-{out['plan']['kernel']}"]
+
+
+class PerKernelModinfo(FakeHost):
+    """modinfo answers per kernel: the module built for some kernels only."""
+
+    def __init__(self, release: str, dpkg: str, built_for: dict[str, str]) -> None:
+        super().__init__(release, dpkg)
+        self.built_for = built_for
+
+    def run(self, argv, environ_update=None):
+        if argv[0].endswith("modinfo"):
+            self.calls.append(argv)
+            text = self.built_for.get(argv[2])
+            return (0, text, "") if text else (1, "", "modinfo: ERROR: Module nvidia not found.")
+        return super().run(argv, environ_update)
+
+
+def test_the_module_is_read_for_each_planned_kernel(info_of, root):
+    names = ("nvidia-headless-580-server", "nvidia-utils-580-server", "libnvidia-compute-580-server", "nvidia-dkms-580-server")
+    dpkg = "".join(f"{n}\t580.126.20-0ubuntu0.22.04.1\thi \n" for n in names)
+    fake = PerKernelModinfo("jammy", dpkg, {GA: "NVIDIA\n"})
+    out = driver_host.make_plan(request(major_version="22", method="dkms"), running(info_of("v100"), GA), fake.host(), root(GA, HWE))
+    assert out["installed"]["module_type"] == "proprietary"
+    assert out["installed"]["module_types"] == {GA: "proprietary", HWE: None}
