@@ -19,6 +19,7 @@ library paths, so real driver packages installed later coexist with it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from . import bootsim
 from .errors import LabError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -253,3 +255,30 @@ def write_driver_root(root: Path, version: str, gpu_count: int) -> None:
             os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
         except PermissionError:  # not root (a unit test as a user): nvidia-ctk will report the missing nodes
             return
+
+
+def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None:
+    """The machine's stand-in for its kernel's boot (lab/bootsim.py): the script, its unit and what the hardware asks for.
+
+    At every boot the unit decides, from the machine's own kernels, modprobe configuration and initramfs,
+    which kernel runs and which of the profile's modules load (see bootsim's docstring).
+    """
+    hw = root / HW_PATH.lstrip("/")
+    gpus = profile.get("gpus") or {}
+    spec = {
+        "modules": list(profile.get("modules") or []),
+        "gpu_bus_ids": list(gpus.get("bus_ids") or []),
+        "gpu_driver": gpus.get("driver"),
+        "host_kernel": host_kernel,
+    }
+    _write(hw / bootsim.SPEC_NAME, json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    script = root / bootsim.BOOT_SCRIPT.lstrip("/")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(bootsim.__file__), script)
+    units = root / "etc/systemd/system"
+    (units / bootsim.UNIT_NAME).write_text(bootsim.UNIT)
+    wants = units / "sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    link = wants / bootsim.UNIT_NAME
+    if not link.is_symlink():
+        link.symlink_to(f"/etc/systemd/system/{bootsim.UNIT_NAME}")

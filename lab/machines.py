@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .distros import get_distro
 from .errors import LabError
-from .hardware import HW_PATH, build_fake_nvml, load_profile, write_hardware
+from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
 from .supervise import remove_cgroup
 
@@ -273,7 +273,9 @@ class Lab:
         # ssh-keygen -A with -f writes the host keys under a prefix: this machine's own keys.
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         if machine.profile:
-            write_hardware(load_profile(machine.profile), root / HW_PATH.lstrip("/"), machine.name, os.uname().release, nvml_library)
+            profile = load_profile(machine.profile)
+            write_hardware(profile, root / HW_PATH.lstrip("/"), machine.name, os.uname().release, nvml_library)
+            install_boot_simulation(profile, root, os.uname().release)
 
     def boot(self, machine: Machine) -> None:
         """Start the machine's supervisor (which starts systemd-nspawn) in the background; record its PID.

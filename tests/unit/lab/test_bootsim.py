@@ -1,0 +1,149 @@
+"""The lab's simulated boot: which kernel runs and which modules load, from the machine's own files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lab import bootsim
+from lab.hardware import install_boot_simulation, load_profile, write_hardware
+
+GA, HWE = "5.15.0-204-generic", "6.8.0-149-generic"
+BUS_IDS = ["0000:4a:00.0", "0000:61:00.0", "0000:ca:00.0", "0000:e1:00.0"]
+
+
+def kernel(root: Path, release: str, nvidia: str | None = None) -> None:
+    (root / "boot").mkdir(parents=True, exist_ok=True)
+    (root / "boot" / f"vmlinuz-{release}").write_bytes(b"")
+    (root / "lib/modules" / release / "kernel").mkdir(parents=True, exist_ok=True)
+    if nvidia:
+        path = root / "lib/modules" / release / nvidia
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+
+
+class Runner:
+    """modprobe -c, modinfo and unmkinitramfs as the machine would answer them."""
+
+    def __init__(self, config: str = "", initramfs: dict | None = None) -> None:
+        self.config = config
+        self.initramfs = initramfs  # relative path -> text, unpacked into main/
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list) -> tuple[int, str]:
+        self.calls.append(list(argv))
+        if argv[:2] == ["modprobe", "-c"]:
+            return 0, self.config
+        if argv[0] == "modinfo":
+            return 0, {"version": "580.126.20\n", "license": "NVIDIA\n"}[argv[2]]
+        if argv[0].endswith("unmkinitramfs"):
+            if self.initramfs is None:
+                return 1, ""
+            for rel, text in self.initramfs.items():
+                path = Path(argv[2]) / "main" / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+            (Path(argv[2]) / "early").mkdir()
+            return 0, ""
+        raise AssertionError(argv)
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """A machine root with the l40s profile's hardware and its boot spec, as the lab makes it."""
+    root = tmp_path / "root"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    hw = root / "opt/gpuops-lab/hw"
+    profile = load_profile("l40s")
+    write_hardware(profile, hw, "m", "6.99.0-host", None)
+    install_boot_simulation(profile, root, "6.99.0-host")
+    return root, hw
+
+
+def proc_modules(hw: Path) -> list[str]:
+    return [line.split()[0] for line in (hw / "proc/modules").read_text().splitlines()]
+
+
+def test_the_lab_installs_the_script_its_unit_and_the_spec(machine):
+    root, hw = machine
+    spec = json.loads((hw / bootsim.SPEC_NAME).read_text())
+    assert spec == {"modules": ["nouveau", "drm_kms_helper", "ttm"], "gpu_bus_ids": BUS_IDS, "gpu_driver": "nouveau",
+                    "host_kernel": "6.99.0-host"}
+    assert (root / bootsim.BOOT_SCRIPT.lstrip("/")).read_text() == Path(bootsim.__file__).read_text()
+    unit = (root / "etc/systemd/system" / bootsim.UNIT_NAME).read_text()
+    assert f"ExecStart=/usr/bin/python3 {bootsim.BOOT_SCRIPT}" in unit and "Before=sysinit.target ssh.service" in unit
+    link = root / "etc/systemd/system/sysinit.target.wants" / bootsim.UNIT_NAME
+    assert os.readlink(link) == f"/etc/systemd/system/{bootsim.UNIT_NAME}"
+
+
+def test_without_a_blacklist_nouveau_loads_again_on_the_host_kernel(machine):
+    root, hw = machine
+    record = bootsim.boot(str(hw), str(root), Runner("options snd_hda_intel power_save=1\n"))
+    assert record["kernel"] == "6.99.0-host"  # no kernel installed: the lab host's
+    assert record["modules"]["nouveau"]["loaded"] and proc_modules(hw)[0] == "nouveau"
+    assert record["unbound"] == [] and (hw / "sys/bus/pci/devices" / BUS_IDS[0] / "driver").is_symlink()
+    assert record["nvidia"] is None and record["initramfs"] is None
+
+
+def test_a_blacklist_keeps_nouveau_off_and_unbinds_the_gpus(machine):
+    root, hw = machine
+    kernel(root, "6.1.0-56-amd64")
+    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\noptions nouveau modeset=0\n"))
+    assert record["kernel"] == "6.1.0-56-amd64"
+    assert (hw / "proc/sys/kernel/osrelease").read_text() == "6.1.0-56-amd64\n"
+    assert not record["modules"]["nouveau"]["loaded"]
+    assert proc_modules(hw) == ["drm_kms_helper", "ttm"]
+    assert record["unbound"] == BUS_IDS
+    assert not any((hw / "sys/bus/pci/devices" / b / "driver").is_symlink() for b in BUS_IDS)
+    assert json.loads((hw / bootsim.RECORD_NAME).read_text()) == record
+
+
+def test_an_initramfs_made_before_the_blacklist_loads_nouveau_anyway(machine):
+    root, hw = machine
+    kernel(root, "6.1.0-56-amd64")
+    (root / "boot/initrd.img-6.1.0-56-amd64").write_bytes(b"")
+    stale = {"usr/lib/modules/6.1.0-56-amd64/kernel/drivers/gpu/drm/nouveau/nouveau.ko.xz": ""}
+    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\n", stale))
+    assert record["modules"]["nouveau"] == {"loaded": True, "why": "loaded from the initramfs, which does not blacklist it"}
+    assert record["initramfs"]["modules"] == ["nouveau"]
+    fresh = {**stale, "etc/modprobe.d/gpuops-blacklist-nouveau.conf": "blacklist nouveau\n"}
+    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\n", fresh))
+    assert not record["modules"]["nouveau"]["loaded"]
+    assert record["modules"]["nouveau"]["why"] == "blacklisted in the modprobe configuration and in the initramfs"
+
+
+def test_the_newest_kernel_boots_and_its_nvidia_module_is_found(machine):
+    root, hw = machine
+    kernel(root, GA, "updates/dkms/nvidia.ko")
+    kernel(root, HWE)
+    record = bootsim.boot(str(hw), str(root), Runner())
+    assert record["kernel"] == HWE and record["nvidia"] is None  # the update without its module
+    kernel(root, HWE, "updates/dkms/nvidia.ko.zst")
+    record = bootsim.boot(str(hw), str(root), Runner())
+    assert record["nvidia"] == {"path": str(root / "lib/modules" / HWE / "updates/dkms/nvidia.ko.zst"), "version": "580.126.20",
+                                "license": "NVIDIA"}
+
+
+def test_kernels_sort_by_their_numbers_and_need_an_image():
+    assert bootsim.boot_kernel(["6.8.0-9-generic", "6.8.0-10-generic"], "host") == "6.8.0-10-generic"
+    assert bootsim.boot_kernel([], "host") == "host"
+
+
+def test_a_module_tree_without_a_kernel_image_does_not_boot(tmp_path):
+    kernel(tmp_path, GA)
+    (tmp_path / "lib/modules/6.8.0-149-generic").mkdir(parents=True)  # headers or leftovers, no vmlinuz
+    assert bootsim.installed_kernels(str(tmp_path)) == [GA]
+
+
+def test_blacklist_parsing():
+    text = "blacklist nouveau\ninstall rivafb /bin/false\nblacklist   nvidia-drm \noptions nouveau modeset=0\n# blacklist ttm\n"
+    assert bootsim.blacklisted(text) == {"nouveau", "rivafb", "nvidia_drm"}
+
+
+def test_a_machine_without_a_spec_is_left_alone(tmp_path, capsys):
+    assert bootsim.main(["boot.py", str(tmp_path)]) == 0
+    assert "nothing to simulate" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
