@@ -55,6 +55,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     machines = lab.up(specs, args.base_port, timeout=args.timeout)
     if args.inventory:
         write_inventory(Path(args.inventory), machines, lab.key)
+        lab.record_inventory(Path(args.inventory))
     for m in sorted(machines.values(), key=lambda m: m.name):
         print(f"{m.name}: {m.distro} ssh root@127.0.0.1 -p {m.port} (pid {m.pid})")
     print(f"lab up: {len(machines)} machine(s) ready in {time.monotonic() - t0:.1f}s; state in {lab.dir}")
@@ -64,9 +65,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     _require_root()
     lab = _lab(args)
+    ours = lab.recorded_inventory()
     stopped = lab.down()
     if args.inventory:
-        Path(args.inventory).unlink(missing_ok=True)
+        # Only the inventory this lab's `up` wrote: the default path may be another, running lab's.
+        inventory = Path(args.inventory)
+        if ours is not None and inventory.resolve() == ours:
+            inventory.unlink(missing_ok=True)
+        elif inventory.exists():
+            print(f"lab down: left {inventory}: this lab's up did not write it (state {lab.dir})")
     print(f"lab down: stopped {', '.join(stopped) if stopped else 'nothing'}")
     return 0
 

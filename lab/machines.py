@@ -431,6 +431,22 @@ class Lab:
         self.save(machines)
         return machines
 
+    @property
+    def inventory_record(self) -> Path:
+        """Where `up` records the inventory file it wrote, so `down` removes that one and no other lab's."""
+        return self.dir / "inventory-path"
+
+    def record_inventory(self, path: Path) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.inventory_record.write_text(f"{path.resolve()}\n")
+
+    def recorded_inventory(self) -> Path | None:
+        try:
+            text = self.inventory_record.read_text().strip()
+        except FileNotFoundError:
+            return None
+        return Path(text) if text else None
+
     def down(self) -> list[str]:
         """Stop every machine in the state file and remove its directory and the lab's state."""
         machines = self.load()
@@ -441,7 +457,7 @@ class Lab:
             self.save(machines)
             stopped.append(machine.name)
         shutil.rmtree(self.dir / "machines", ignore_errors=True)
-        for path in (self.state_file, self.key, self.key.with_suffix(".pub")):
+        for path in (self.state_file, self.key, self.key.with_suffix(".pub"), self.inventory_record):
             path.unlink(missing_ok=True)
         if self.dir.is_dir() and not any(self.dir.iterdir()):
             self.dir.rmdir()

@@ -87,3 +87,26 @@ def test_machines_with_mig_devices_do_not_generate_the_cdi_spec():
 
     assert host_vars(machine("a100-pcie-mig"))["gpuops_container_toolkit_cdi_spec"] is False
     assert "gpuops_container_toolkit_cdi_spec" not in host_vars(machine("hgx-h100"))
+
+
+def test_down_removes_only_the_inventory_its_own_up_wrote(capsys, tmp_path, monkeypatch):
+    """`lab down --state OTHER` must not delete the default inventory of a lab that is still running."""
+    from lab.machines import Lab
+
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    running, other = tmp_path / "running", tmp_path / "other"
+    shared = tmp_path / "hosts.yml"
+    shared.write_text("running lab\n")
+    Lab(running).record_inventory(shared)
+    mine = tmp_path / "mine.yml"
+    mine.write_text("other lab\n")
+    Lab(other).record_inventory(mine)
+
+    assert cli.main(["--state", str(other), "down", "--inventory", str(shared)]) == 0
+    assert shared.read_text() == "running lab\n"
+    assert f"left {shared}: this lab's up did not write it" in capsys.readouterr().out
+    assert mine.exists()  # not named: left as well
+
+    assert cli.main(["--state", str(running), "down", "--inventory", str(shared)]) == 0
+    assert not shared.exists()
+    assert not (running / "inventory-path").exists()
