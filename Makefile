@@ -126,7 +126,7 @@ sanity-run: $(SANITY_VENV)/.installed
 	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
 
 lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
-	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider tests/integration
+	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=10 tests/integration
 
 molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)
 	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s; done
