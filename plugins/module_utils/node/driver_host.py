@@ -264,9 +264,9 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
     plan.boot_kernel = driver.boot_kernel(kernel, installed_kernels(request.root), request.kernel_release, plan.image_build)
     packages, candidates = list(choice.packages), dict(choice.candidates)
     if plan.boot_kernel:
-        extra = _boot_kernel_packages(plan, choice.packages, source.where(query), host)
-        packages += extra[0]
-        candidates |= extra[1]
+        extra, found = _boot_kernel_packages(plan, choice.packages, source.where(query), host)
+        packages += extra
+        candidates |= found
     names = source.package_names(packages)
     plan.branch, plan.packages, plan.candidates = choice.branch, packages, {n: candidates.get(n) for n in names}
     plan.module_type, plan.module_type_reason, plan.warnings = choice.module_type, choice.module_type_reason, choice.warnings
