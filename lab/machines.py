@@ -273,9 +273,9 @@ class Lab:
         # ssh-keygen -A with -f writes the host keys under a prefix: this machine's own keys.
         subprocess.run(["ssh-keygen", "-A", "-f", str(root)], check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         if machine.profile:
-            profile = load_profile(machine.profile)
-            write_hardware(profile, root / HW_PATH.lstrip("/"), machine.name, os.uname().release, nvml_library)
-            install_boot_simulation(profile, root, os.uname().release)
+            profile, host_kernel = load_profile(machine.profile), os.uname().release
+            write_hardware(profile, root / HW_PATH.lstrip("/"), machine.name, host_kernel, nvml_library)
+            install_boot_simulation(profile, root, host_kernel)
 
     def boot(self, machine: Machine) -> None:
         """Start the machine's supervisor (which starts systemd-nspawn) in the background; record its PID.
