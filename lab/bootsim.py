@@ -13,8 +13,10 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   kernel's initramfs when that image holds the module and does not blacklist it. The loaded ones are
   written to proc/modules; a GPU planted as bound to a driver that did not load is left unbound.
 - The nvidia module is looked for in /lib/modules/<boot kernel> (a DKMS build, a precompiled package).
-  What was found is recorded (BOOT_RECORD), for tests: the simulated GPUs' driver state stays the
-  profile's, as the fake NVML answers from it.
+  What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
+  a module found and not blacklisted becomes the loaded driver: its version goes to
+  proc/driver/nvidia/version and to the fake NVML's driver version (nvml/nvml.conf), as after a real
+  boot; the rest of the GPUs' state stays the profile's.
 
 Run as `python3 /opt/gpuops-lab/boot.py [HARDWARE_ROOT]`; stdlib only, Python 3.10 or later (Ubuntu 22.04 has 3.10).
 """
@@ -184,6 +186,30 @@ def write_proc(hw: str, kernel: str, loaded: list) -> None:
         handle.write("".join(f"{m} 65536 0 - Live 0x0000000000000000\n" for m in loaded))
 
 
+def load_driver(hw: str, info: dict) -> bool:
+    """The found module becomes the loaded driver, where the profile simulates one: procfs and the fake NVML."""
+    conf = os.path.join(hw, "nvml/nvml.conf")
+    version = info.get("version")
+    if not version or not os.path.isfile(conf):
+        return False
+    with open(conf) as handle:
+        lines = handle.read().splitlines()
+    if "driver_loaded=1" not in lines:
+        return False
+    nvml_prefix = next((line.split("=", 1)[1].split(".", 1)[0] for line in lines if line.startswith("nvml_version=")), "12")
+    values = {"driver_version": version, "nvml_version": f"{nvml_prefix}.{version}"}
+    lines = [f"{line.split('=', 1)[0]}={values[line.split('=', 1)[0]]}" if line.split("=", 1)[0] in values else line
+             for line in lines]
+    with open(conf + ".tmp", "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+    os.replace(conf + ".tmp", conf)
+    kind = "Open Kernel Module for x86_64" if "GPL" in (info.get("license") or "") else "x86_64 Kernel Module"
+    os.makedirs(os.path.join(hw, "proc/driver/nvidia"), exist_ok=True)
+    with open(os.path.join(hw, "proc/driver/nvidia/version"), "w") as handle:
+        handle.write(f"NVRM version: NVIDIA UNIX {kind}  {version}  Release Build\n")
+    return True
+
+
 def unbind(hw: str, bus_ids: list, driver: str) -> list:
     """Remove the sysfs driver link of the GPUs bound to a driver that did not load; the bus ids unbound."""
     done = []
@@ -212,13 +238,16 @@ def boot(hw: str = HW_ROOT, root: str = "/", runner: Runner = run) -> dict:
     if driver and driver in modules and not modules[driver]["loaded"]:
         unbound = unbind(hw, spec.get("gpu_bus_ids", []), driver)
     nvidia = find_nvidia(root, kernel)
+    nvidia_info = {"path": nvidia, **module_info(nvidia, runner)} if nvidia else None
+    loads = bool(nvidia_info) and modules.get("nvidia", {}).get("loaded", False)
     record = {
         "kernel": kernel,
         "modules": modules,
         "modprobe_config_read": rc == 0,
         "initramfs": {"path": image, "read": initramfs is not None, **(initramfs or {})} if os.path.isfile(image) else None,
         "unbound": unbound,
-        "nvidia": {"path": nvidia, **module_info(nvidia, runner)} if nvidia else None,
+        "nvidia": nvidia_info,
+        "driver_loaded": load_driver(hw, nvidia_info) if loads and nvidia_info else False,
     }
     with open(os.path.join(hw, RECORD_NAME + ".tmp"), "w") as handle:
         json.dump(record, handle, indent=2, sort_keys=True)

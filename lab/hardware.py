@@ -7,6 +7,8 @@ real device ids; `write_hardware` writes, under a directory the module is told t
   sys/firmware/efi/efivars/SecureBoot-...   (when the profile boots with EFI)
   proc/modules, proc/sys/kernel/osrelease, proc/driver/nvidia/version (when a driver is "loaded")
   nvml/libnvidia-ml.so.1 + nvml/nvml.conf   (the fake NVML, when the profile has GPUs)
+  nvml/fabric                               (the GPUs' NVLink fabric state, when the profile has `fabric`)
+  sys/.../<bdf>/vpd                          (SW_MNG for the NVLink5 switch bridges, `switch_bridges`)
   driver/                                   (a driver root for nvidia-ctk, when a driver is "loaded"):
       usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> and .so.1 -> the fake NVML,
       usr/lib/x86_64-linux-gnu/libcuda.so.<version> and usr/bin/nvidia-smi (empty stand-ins: nvidia-ctk
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from . import bootsim
+from . import bootsim, fabricsim
 from .errors import LabError
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -57,6 +59,8 @@ def load_profile(name: str) -> dict:
         raise LabError(f"profile {name}: gpus.numa must have one entry per bus id")
     if gpus:
         mig_layout(gpus, name)
+    if data.get("fabric") is not None and data["fabric"] not in FABRIC_STATES:
+        raise LabError(f"profile {name}: fabric {data['fabric']!r} is not one of {', '.join(FABRIC_STATES)}")
     return data
 
 
@@ -108,8 +112,21 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+# The VPD of a ConnectX bridge function of an NVLink5 board: an identifier string, then a read-only section
+# whose vendor keyword carries SW_MNG (what the driver container and the Fabric Manager start script grep for).
+def switch_bridge_vpd() -> bytes:
+    ident = b"NVIDIA ConnectX-7 NVLink switch management bridge"
+    fields = b"PN" + bytes([10]) + b"MCX750500B" + b"V3" + bytes([6]) + b"SW_MNG" + b"RV" + bytes([1]) + b"\x00"
+    return (b"\x82" + len(ident).to_bytes(2, "little") + ident
+            + b"\x90" + len(fields).to_bytes(2, "little") + fields + b"\x78")
+
+
+FABRIC_STATES = {"not_started": "not_started", "in_progress": "in_progress", "completed": "completed 0",
+                 "failed": "completed 999"}
+
+
 def _pci_device(sys_dir: Path, bdf: str, vendor: str, device: str, kind: str, subsystem: str | None,
-                numa: int, driver: str | None) -> None:
+                numa: int, driver: str | None, vpd: bytes | None = None) -> None:
     domain, bus = bdf.split(":")[:2]
     real = sys_dir / f"devices/pci{domain}:{bus}" / bdf
     sub_vendor, _sep, sub_device = (subsystem or f"{vendor}:0000").partition(":")
@@ -122,6 +139,8 @@ def _pci_device(sys_dir: Path, bdf: str, vendor: str, device: str, kind: str, su
         ("numa_node", str(numa)),
     ):
         _write(real / name, value + "\n")
+    if vpd is not None:
+        (real / "vpd").write_bytes(vpd)
     if driver:
         (sys_dir / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
         (real / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
@@ -203,12 +222,13 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
         driver = gpus.get("driver") or ("nvidia" if (profile.get("driver") or {}).get("loaded") else None)
         for bdf, node in zip(gpus["bus_ids"], numa, strict=True):
             _pci_device(sys_dir, bdf, "10de", gpus["device_id"], "gpu", gpus.get("subsystem"), node, driver)
-    for key, kind, vendor in (("nvswitches", "nvswitch", "10de"), ("nics", "nic", "15b3")):
+    for key, kind, vendor in (("nvswitches", "nvswitch", "10de"), ("nics", "nic", "15b3"), ("switch_bridges", "nic", "15b3")):
         group = profile.get(key)
         if group:
+            vpd = switch_bridge_vpd() if key == "switch_bridges" else None
             for bdf in group["bus_ids"]:
                 driver = "mlx5_core" if kind == "nic" else None
-                _pci_device(sys_dir, bdf, vendor, group["device_id"], kind, None, 0, driver)
+                _pci_device(sys_dir, bdf, vendor, group["device_id"], kind, None, 0, driver, vpd)
     secure_boot = profile.get("secure_boot", "disabled")
     if secure_boot != "not_efi":
         value = b"\x06\x00\x00\x00" + (b"\x01" if secure_boot == "enabled" else b"\x00")
@@ -226,6 +246,8 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
         (dest / "nvml").mkdir()
         shutil.copy2(nvml_library, dest / "nvml/libnvidia-ml.so.1")
         _write(dest / "nvml/nvml.conf", nvml_conf(profile, machine))
+        if profile.get("fabric"):
+            _write(dest / "nvml/fabric", FABRIC_STATES[profile["fabric"]] + "\n")
         if driver.get("loaded"):
             write_driver_root(dest / "driver", driver["version"], len(gpus["bus_ids"]))
 
@@ -277,8 +299,22 @@ def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None
     shutil.copyfile(Path(bootsim.__file__), script)
     units = root / "etc/systemd/system"
     (units / bootsim.UNIT_NAME).write_text(bootsim.UNIT)
+    if profile.get("fabric"):
+        install_fabric_standin(root)
     wants = units / "sysinit.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
     link = wants / bootsim.UNIT_NAME
     if not link.is_symlink():
         link.symlink_to(f"/etc/systemd/system/{bootsim.UNIT_NAME}")
+
+
+def install_fabric_standin(root: Path) -> None:
+    """LAB ONLY: the Fabric Manager and IMEX stand-in (lab/fabricsim.py) and the drop-ins that run it.
+
+    The drop-ins wait in /etc/systemd/system/<unit>.d for the real packages, whose units they amend.
+    """
+    script = root / fabricsim.SCRIPT.lstrip("/")
+    script.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(fabricsim.__file__), script)
+    for unit, text in fabricsim.DROPINS.items():
+        _write(root / "etc/systemd/system" / f"{unit}.d" / fabricsim.DROPIN_NAME, text)

@@ -17,6 +17,11 @@
  *                       (a MIG device: a GPU instance of that profile, holding one compute
  *                        instance of CI_SLICES slices; SLOT is its MIG device index)
  *
+ * "fabric", beside nvml.conf and read at every call, holds the NVLink fabric state of every GPU, as
+ * nvmlDeviceGetGpuFabricInfo reports it: "STATE STATUS" (STATE not_started, in_progress or completed;
+ * STATUS an nvmlReturn_t, 0 for success). Without the file the GPUs have no fabric (NOT_SUPPORTED). The
+ * lab writes it from the profile, and its Fabric Manager stand-in moves it to "completed 0".
+ *
  * Handles: a GPU handle points at its struct fake_gpu; a MIG device and its GPU instance are each a
  * struct handle inside the struct fake_mig, so every handle can say what it is and which device it
  * belongs to, and a handle of the wrong kind is refused.
@@ -210,15 +215,20 @@ static void link_handles(void) {
     }
 }
 
-static int load_profile(void) {
+/* A file beside this library (nvml.conf, fabric). */
+static FILE *open_beside(const char *name) {
     Dl_info info;
     char path[4096];
-    if (!dladdr((void *)load_profile, &info) || !info.dli_fname) return -1;
+    if (!dladdr((void *)open_beside, &info) || !info.dli_fname) return NULL;
     copy_field(path, sizeof path, info.dli_fname);
     char *slash = strrchr(path, '/');
     if (slash) *(slash + 1) = '\0'; else path[0] = '\0';
-    strncat(path, "nvml.conf", sizeof path - strlen(path) - 1);
-    FILE *fp = fopen(path, "r");
+    strncat(path, name, sizeof path - strlen(path) - 1);
+    return fopen(path, "r");
+}
+
+static int load_profile(void) {
+    FILE *fp = open_beside("nvml.conf");
     if (!fp) return -1;
     memset(gpus, 0, sizeof gpus);
     gpu_count = 0;
@@ -550,4 +560,37 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
         }
     }
     return NVML_ERROR_NOT_FOUND;
+}
+
+/* nvmlGpuFabricInfo_t: the GPU's place in its NVLink fabric. */
+typedef struct {
+    unsigned char clusterUuid[16];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+enum { FABRIC_NOT_SUPPORTED = 0, FABRIC_NOT_STARTED, FABRIC_IN_PROGRESS, FABRIC_COMPLETED };
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void *h, nvmlGpuFabricInfo_t *info) {
+    NEED_GPU(h);
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    FILE *fp = open_beside("fabric");
+    if (!fp) return NVML_ERROR_NOT_SUPPORTED;
+    char state[32] = "";
+    int status = 0;
+    int fields = fscanf(fp, "%31s %d", state, &status);
+    fclose(fp);
+    memset(info, 0, sizeof *info);
+    if (fields < 1) return NVML_ERROR_UNKNOWN;
+    if (!strcmp(state, "not_started")) info->state = FABRIC_NOT_STARTED;
+    else if (!strcmp(state, "in_progress")) info->state = FABRIC_IN_PROGRESS;
+    else if (!strcmp(state, "completed")) info->state = FABRIC_COMPLETED;
+    else return NVML_ERROR_UNKNOWN;
+    if (info->state == FABRIC_COMPLETED) {
+        info->status = fields == 2 ? status : NVML_SUCCESS;
+        info->cliqueId = 1;
+        for (unsigned int i = 0; i < sizeof info->clusterUuid; i++) info->clusterUuid[i] = (unsigned char)(0x10 + i);
+    }
+    return NVML_SUCCESS;
 }

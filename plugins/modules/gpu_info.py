@@ -23,7 +23,7 @@ description:
     whether Fabric Manager is required.
   - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
-  - The structure is versioned by C(schema_version) (2 since the GFD labels left it).
+  - The structure is versioned by C(schema_version) (3 since the fabric state joined it).
   - Never changes anything; always returns C(changed=false).
 author:
   - gpuops.nvidia maintainers (@gpuops)

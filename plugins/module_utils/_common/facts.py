@@ -12,6 +12,9 @@ renamed here fails the type check at both ends instead of reading as 0 or None a
 A change to the structure's keys or types bumps SCHEMA_VERSION (and the Literal it is typed as).
 Version 2: gpu_info reports hardware only; the GFD node labels (derived.labels, derived.labels_source)
 moved to the cluster side.
+Version 3: the fabric: network functions say whether they are NVLink5 switch management bridges
+(pci.network[].switch_managed), each GPU its NVML fabric state (nvml.gpus[].fabric), and
+derived.fabric_manager names what the node runs (mode: none, fabricmanager, nvlsm, imex).
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
 `X | None` values of keys that are always present.
@@ -21,8 +24,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-SchemaVersion = Literal[2]
-SCHEMA_VERSION: Final = 2
+SchemaVersion = Literal[3]
+SCHEMA_VERSION: Final = 3
 
 NvmlStatus = Literal["ok", "binding_missing", "library_not_found", "driver_not_loaded", "error"]
 SecureBoot = Literal["enabled", "disabled", "not_efi", "unknown"]
@@ -72,6 +75,8 @@ class PciNic(PciDevice):  # pylint: disable=inherit-non-class
     """An NVIDIA (Mellanox) networking device."""
 
     family: str
+    # Its VPD carries SW_MNG: a ConnectX bridge function through which an NVLink5 board's NVSwitches are managed.
+    switch_managed: bool
 
 
 class PciFacts(TypedDict):
@@ -151,6 +156,17 @@ class MigState(TypedDict):
     devices: list[MigDevice]
 
 
+FabricState = Literal["not_supported", "not_started", "in_progress", "completed", "unknown"]
+
+
+class GpuFabric(TypedDict):
+    """nvmlDeviceGetGpuFabricInfo: whether the GPU has joined its NVLink fabric."""
+
+    state: FabricState  # not_supported: no fabric (PCIe, no NVSwitch) or an NVML without the call
+    status: str | None  # once completed: 'success' or NVML's error string
+    clique_id: int | None
+
+
 class NvmlGpu(TypedDict):
     index: int
     uuid: str
@@ -160,6 +176,7 @@ class NvmlGpu(TypedDict):
     compute_capability: str
     persistence_mode: bool
     mig: MigState
+    fabric: GpuFabric
 
 
 class NvmlFacts(TypedDict):
@@ -191,10 +208,16 @@ class KernelModuleType(TypedDict):
     error: str | None
 
 
+FabricMode = Literal["none", "fabricmanager", "nvlsm", "imex"]
+
+
 class FabricManager(TypedDict):
-    required: bool
+    required: bool  # Fabric Manager must run (modes fabricmanager and nvlsm)
     reason: str
     nvlink5: bool
+    # What the node runs for its NVLink fabric: nothing, Fabric Manager (NVLink4 and older), Fabric Manager
+    # with the NVLink Subnet Manager (NVLink5), or IMEX (GB200/GB300 NVL compute trays).
+    mode: FabricMode
 
 
 class DerivedFacts(TypedDict):

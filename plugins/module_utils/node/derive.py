@@ -17,6 +17,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import OPE
 LEGACY_ARCHITECTURES = frozenset(("maxwell", "pascal", "volta"))
 # Blackwell data-center parts on NVLink5 HGX boards, whose NVSwitches are not PCI devices.
 NVLINK5_HGX_DEVICE_IDS = frozenset(("2901",))
+# GB200 (2941) and GB300 (31c2, 31c3) NVL compute trays: their NVSwitches live in switch trays managed off
+# the host, and the tray runs IMEX instead of Fabric Manager (the ids a Fabric Manager ExecCondition skips on).
+IMEX_TRAY_DEVICE_IDS = frozenset(("2941", "31c2", "31c3"))
 
 # NVML's GPU-instance profile enum (NVML_GPU_INSTANCE_PROFILE_*): slices and the name's attribute suffix.
 GPU_INSTANCE_PROFILES = {
@@ -66,19 +69,37 @@ def recommend_kernel_module_type(gpus: list[PciGpu]) -> KernelModuleType:
 
 
 def fabric_manager_required(pci: PciFacts) -> FabricManager:
-    """Whether Fabric Manager must run: NVSwitches on PCI, or an NVLink5 HGX board (no NVSwitch on PCI)."""
+    """What the node runs for its NVLink fabric, and why.
+
+    GB200/GB300 compute trays run IMEX; NVSwitches on the PCI bus (NVLink4 and older) need Fabric Manager;
+    ConnectX bridge functions with SW_MNG in their VPD (or, when those are not visible, several NVLink5 HGX
+    GPUs) mark an NVLink5 board, whose NVSwitches are not PCI devices: Fabric Manager with the NVLink
+    Subnet Manager.
+    """
+    trays = [g for g in pci["gpus"] if g["device_id"] in IMEX_TRAY_DEVICE_IDS]
+    if trays:
+        return {"required": False, "nvlink5": True, "mode": "imex",
+                "reason": f"{len(trays)}x {trays[0]['name'] or trays[0]['device_id']} on an NVL compute tray: its NVSwitches "
+                          "are managed off the host; the tray runs IMEX, not Fabric Manager"}
     switches = pci["nvswitches"]
     if switches:
-        return {"required": True, "reason": f"{len(switches)} NVSwitch device(s) on the PCI bus", "nvlink5": False}
+        return {"required": True, "reason": f"{len(switches)} NVSwitch device(s) on the PCI bus", "nvlink5": False,
+                "mode": "fabricmanager"}
+    bridges = [n for n in pci["network"] if n.get("switch_managed")]
+    if bridges and pci["gpus"]:
+        return {"required": True, "nvlink5": True, "mode": "nvlsm",
+                "reason": f"NVLink5 board: {len(bridges)} switch management bridge function(s) (SW_MNG in the VPD of "
+                          f"{', '.join(n['bus_id'] for n in bridges)}); Fabric Manager runs with the NVLink Subnet Manager"}
     nvlink5 = [g for g in pci["gpus"] if g["device_id"] in NVLINK5_HGX_DEVICE_IDS]
     if len(nvlink5) > 1:
         return {
             "required": True,
-            "reason": f"NVLink5 HGX board ({len(nvlink5)}x {nvlink5[0]['name']}): its NVSwitches are not PCI devices; "
-                      "Fabric Manager runs with the NVLink Subnet Manager",
+            "reason": f"NVLink5 HGX board ({len(nvlink5)}x {nvlink5[0]['name']}): its NVSwitches are not PCI devices "
+                      "(no SW_MNG bridge function visible); Fabric Manager runs with the NVLink Subnet Manager",
             "nvlink5": True,
+            "mode": "nvlsm",
         }
-    return {"required": False, "reason": "no NVSwitch and no NVLink5 HGX board", "nvlink5": False}
+    return {"required": False, "reason": "no NVSwitch and no NVLink5 HGX board", "nvlink5": False, "mode": "none"}
 
 
 def mig_memory_gb(memory_mb: int, device_memory_bytes: int) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import parse_policy_versions, parse_repoquery
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -116,6 +117,20 @@ class Host:
             raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
         # A name apt does not know is absent from its answer: no candidate.
         return dict.fromkeys(names) | parse_policy(out)
+
+    def versions(self, family: str, names: list[str]) -> dict[str, list[str]]:
+        """Every version the repositories offer of each package (apt-cache policy's tables, dnf repoquery)."""
+        if not names:
+            return {}
+        if family == "rhel":
+            rc, out, err = self._cmd(["dnf", "-q", "repoquery", "--qf", "%{name} %{version}-%{release}", *names])
+            if rc != 0:
+                raise RuntimeError(f"dnf repoquery failed: {err.strip()}")
+            return parse_repoquery(out)
+        rc, out, err = self._cmd(["apt-cache", "policy", *names])
+        if rc != 0:
+            raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
+        return parse_policy_versions(out)
 
     def package_names(self, prefix: str) -> list[str]:
         rc, out, _err = self._cmd(["apt-cache", "pkgnames", prefix])

@@ -81,6 +81,18 @@ def read_pci_device(device_dir: str) -> PciDevice | None:
     }
 
 
+def switch_managed(device_dir: str) -> bool:
+    """Whether the function's VPD carries SW_MNG: the ConnectX bridge of an NVLink5 board's NVSwitches.
+
+    The same test as NVIDIA's driver container and Fabric Manager start script (they grep the VPD for it).
+    """
+    try:
+        with open(os.path.join(device_dir, "vpd"), "rb") as handle:
+            return b"SW_MNG" in handle.read(65536)
+    except OSError:
+        return False
+
+
 def read_pci(root: str) -> PciFacts:
     """NVIDIA GPUs, NVSwitches and NVIDIA networking devices on the PCI bus, in bus order."""
     devices_dir = os.path.join(root, "sys/bus/pci/devices")
@@ -95,7 +107,8 @@ def read_pci(root: str) -> PciFacts:
             continue
         device_id = str(dev["device_id"])
         if dev["vendor_id"] == MELLANOX_VENDOR:
-            nic: PciNic = {**dev, "family": NICS.get(device_id, "unknown")}
+            nic: PciNic = {**dev, "family": NICS.get(device_id, "unknown"),
+                           "switch_managed": switch_managed(os.path.join(devices_dir, entry))}
             result["network"].append(nic)
         elif dev["class"] in GPU_CLASSES:
             gpu: PciGpu = {**dev, **lookup_gpu(device_id)}

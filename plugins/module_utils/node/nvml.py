@@ -13,7 +13,15 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import MigDevice, MigProfile, NvmlFacts, NvmlGpu, NvmlStatus
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import (
+    FabricState,
+    GpuFabric,
+    MigDevice,
+    MigProfile,
+    NvmlFacts,
+    NvmlGpu,
+    NvmlStatus,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.derive import mig_profile_name
 
 try:
@@ -66,6 +74,17 @@ class _Placement(ctypes.Structure):
 
 class _GpuInstanceInfo(ctypes.Structure):
     _fields_ = [("device", ctypes.c_void_p), ("id", ctypes.c_uint), ("profileId", ctypes.c_uint), ("placement", _Placement)]
+
+
+class _GpuFabricInfo(ctypes.Structure):
+    """nvmlGpuFabricInfo_t (NVML 12.535 on): cluster UUID, status, clique id, state."""
+
+    _fields_ = [("clusterUuid", ctypes.c_ubyte * 16), ("status", ctypes.c_int), ("cliqueId", ctypes.c_uint),
+                ("state", ctypes.c_ubyte)]
+
+
+# NVML_GPU_FABRIC_STATE_*.
+_FABRIC_STATES: dict[int, FabricState] = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 
 
 def _text(value: object) -> str:
@@ -206,7 +225,26 @@ def _mig_devices(handle: object, profiles: list[MigProfile], memory_bytes: int) 
     return devices
 
 
-def _gpu(index: int) -> NvmlGpu:
+def _fabric(handle: object, supported: bool) -> GpuFabric:
+    """The GPU's NVLink fabric state; not_supported where the GPU has none or the library lacks the call."""
+    result: GpuFabric = {"state": "not_supported", "status": None, "clique_id": None}
+    if not supported:
+        return result
+    info = _GpuFabricInfo()
+    try:
+        _call("nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
+    except pynvml.NVMLError as exc:
+        if _code(exc) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
+            return result
+        raise
+    result["state"] = _FABRIC_STATES.get(info.state, "unknown")
+    if result["state"] == "completed":
+        result["status"] = "success" if info.status == 0 else _text(pynvml.nvmlErrorString(info.status))
+        result["clique_id"] = int(info.cliqueId)
+    return result
+
+
+def _gpu(index: int, fabric_call: bool) -> NvmlGpu:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     mig = _mig_mode(handle)
     memory_bytes = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
@@ -227,6 +265,7 @@ def _gpu(index: int) -> NvmlGpu:
             # Only a GPU in MIG mode now has MIG devices.
             "devices": _mig_devices(handle, profiles, memory_bytes) if mig and mig[0] else [],
         },
+        "fabric": _fabric(handle, fabric_call),
     }
 
 
@@ -270,7 +309,8 @@ def read_nvml(library: str | None = None) -> NvmlFacts:
         cuda = ctypes.c_int()
         _call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(cuda))
         result["cuda_driver_version"] = f"{cuda.value // 1000}.{cuda.value % 1000 // 10}"
-        result["gpus"] = [_gpu(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        fabric_call = _has_entry_point("nvmlDeviceGetGpuFabricInfo")
+        result["gpus"] = [_gpu(i, fabric_call) for i in range(pynvml.nvmlDeviceGetCount())]
     except pynvml.NVMLError as exc:
         result["status"] = "error"
         result["error"] = str(exc)

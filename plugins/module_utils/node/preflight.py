@@ -93,7 +93,7 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
         found.append(_finding(
             "fabric_manager_disabled", "blocker",
             f"Fabric Manager is required ({fm['reason']}) but disabled: CUDA fails with 'system not yet initialized'",
-            "set gpuops_preflight_fabricmanager_enabled: true (the fabricmanager role installs it pinned to the driver)",
+            "set gpuops_fabric_manager_enabled: true (the fabric_manager role installs it pinned to the driver's version)",
         ))
     if gpu_info["nvml"]["status"] == "binding_missing":
         found.append(_finding("nvml_binding_missing", "warning",

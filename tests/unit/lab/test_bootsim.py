@@ -147,3 +147,55 @@ def test_a_machine_without_a_spec_is_left_alone(tmp_path, capsys):
     assert bootsim.main(["boot.py", str(tmp_path)]) == 0
     assert "nothing to simulate" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def hgx(tmp_path):
+    """An HGX H100 machine root: a loaded driver (550.54.15) in the profile, the fake NVML's conf, the fabric stand-in."""
+    root = tmp_path / "hgx"
+    (root / "etc/systemd/system").mkdir(parents=True)
+    hw = root / "opt/gpuops-lab/hw"
+    lib = tmp_path / "libnvidia-ml.so.1"
+    lib.write_bytes(b"")
+    profile = load_profile("hgx-h100")
+    write_hardware(profile, hw, "m", "6.99.0-host", lib)
+    install_boot_simulation(profile, root, "6.99.0-host")
+    return root, hw
+
+
+def test_the_module_found_becomes_the_loaded_driver(hgx):
+    root, hw = hgx
+    assert "550.54.15" in (hw / "proc/driver/nvidia/version").read_text()
+    kernel(root, HWE, "updates/dkms/nvidia.ko.zst")
+    record = bootsim.boot(str(hw), str(root), Runner())
+    assert record["driver_loaded"] is True
+    assert (hw / "proc/driver/nvidia/version").read_text() == "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.126.20  Release Build\n"
+    conf = (hw / "nvml/nvml.conf").read_text().splitlines()
+    assert "driver_version=580.126.20" in conf and "nvml_version=12.580.126.20" in conf
+    assert sum(line.startswith("gpu=") for line in conf) == 8  # the rest stays the profile's
+
+
+def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
+    root, hw = hgx
+    kernel(root, HWE, "updates/dkms/nvidia.ko")
+    record = bootsim.boot(str(hw), str(root), Runner(config="blacklist nvidia\n"))
+    assert record["driver_loaded"] is False
+    assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text()
+
+
+def test_a_machine_without_a_loaded_driver_gets_none_from_the_module(machine):
+    root, hw = machine  # l40s: no driver loaded, no NVML conf
+    kernel(root, HWE, "updates/dkms/nvidia.ko")
+    assert bootsim.boot(str(hw), str(root), Runner())["driver_loaded"] is False
+    assert not (hw / "proc/driver/nvidia/version").exists()
+
+
+def test_the_fabric_stand_in_is_installed_only_where_the_profile_has_a_fabric(hgx, machine):
+    root, hw = hgx
+    dropin = root / "etc/systemd/system/nvidia-fabricmanager.service.d/gpuops-lab.conf"
+    assert "LAB ONLY" in dropin.read_text() and "ExecStart=/usr/bin/python3 /opt/gpuops-lab/fabric.py start fabricmanager" in dropin.read_text()
+    assert (root / "etc/systemd/system/nvidia-imex.service.d/gpuops-lab.conf").is_file()
+    assert (root / "opt/gpuops-lab/fabric.py").is_file()
+    assert (hw / "nvml/fabric").read_text() == "not_started\n"
+    l40s_root, _hw = machine
+    assert not (l40s_root / "etc/systemd/system/nvidia-fabricmanager.service.d").exists()

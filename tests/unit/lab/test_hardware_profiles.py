@@ -35,14 +35,15 @@ def labels_of(info, sharing=None, mig="none") -> dict[str, str]:
 
 
 EXPECTED = {
-    # profile: (gpus, nvswitches, nics, architectures, module type, fabric manager, nvml status, nouveau, secure boot)
-    "hgx-h100": (8, 4, 8, ["hopper"], "open", True, "ok", False, "disabled"),
-    "a100-pcie-mig": (2, 0, 0, ["ampere"], "open", False, "ok", False, "disabled"),
-    "l40s": (4, 0, 0, ["ada-lovelace"], "open", False, "driver_not_loaded", True, "disabled"),
-    "hgx-b200": (8, 0, 8, ["blackwell"], "open", True, "ok", False, "disabled"),
-    "gh200": (1, 0, 1, ["hopper"], "open", False, "ok", False, "enabled"),
-    "v100": (4, 0, 0, ["volta"], "proprietary", False, "ok", False, "disabled"),
-    "no-gpu": (0, 0, 0, [], None, False, "library_not_found", False, "not_efi"),
+    # profile: (gpus, nvswitches, nics, architectures, module type, fabric mode, nvml status, nouveau, secure boot)
+    "hgx-h100": (8, 4, 8, ["hopper"], "open", "fabricmanager", "ok", False, "disabled"),
+    "a100-pcie-mig": (2, 0, 0, ["ampere"], "open", "none", "ok", False, "disabled"),
+    "l40s": (4, 0, 0, ["ada-lovelace"], "open", "none", "driver_not_loaded", True, "disabled"),
+    "hgx-b200": (8, 0, 10, ["blackwell"], "open", "nvlsm", "ok", False, "disabled"),
+    "gb200-tray": (4, 0, 4, ["blackwell"], "open", "imex", "ok", False, "disabled"),
+    "gh200": (1, 0, 1, ["hopper"], "open", "none", "ok", False, "enabled"),
+    "v100": (4, 0, 0, ["volta"], "proprietary", "none", "ok", False, "disabled"),
+    "no-gpu": (0, 0, 0, [], None, "none", "library_not_found", False, "not_efi"),
 }
 
 
@@ -66,12 +67,13 @@ def test_profile_reads_back(profile, tmp_path, fake_nvml, monkeypatch):
     assert info["summary"]["network_count"] == nics
     assert info["summary"]["architectures"] == archs
     assert info["derived"]["kernel_module_type"]["type"] == module_type
-    assert info["derived"]["fabric_manager"]["required"] is fm
+    assert info["derived"]["fabric_manager"]["mode"] == fm
+    assert info["derived"]["fabric_manager"]["required"] is (fm in ("fabricmanager", "nvlsm"))
     assert info["nvml"]["status"] == status, info["nvml"]["error"]
     assert info["node"]["modules"]["nouveau"] is nouveau
     assert info["node"]["secure_boot"] == secure_boot
     assert info["node"]["kernel"]["running"] == "6.8.0-45-generic"
-    assert info["schema_version"] == 2
+    assert info["schema_version"] == 3
     assert set(info["derived"]) == {"kernel_module_type", "fabric_manager"}  # hardware only: no labels
     if status == "ok":
         assert [g["bus_id"] for g in info["nvml"]["gpus"]] == [g["bus_id"] for g in info["pci"]["gpus"]]
@@ -115,9 +117,41 @@ def test_v100_labels_and_time_slicing(tmp_path, fake_nvml):
     assert labels["nvidia.com/mig.capable"] == "false"
 
 
-def test_b200_nvlink5_fabric_manager_reason(tmp_path, fake_nvml):
-    fm = read("hgx-b200", tmp_path, fake_nvml)["derived"]["fabric_manager"]
-    assert fm["nvlink5"] is True and "8x NVIDIA B200" in fm["reason"]
+def test_b200_nvlink5_from_the_bridges_vpd(tmp_path, fake_nvml):
+    info = read("hgx-b200", tmp_path, fake_nvml)
+    fm = info["derived"]["fabric_manager"]
+    assert fm["nvlink5"] is True and "SW_MNG in the VPD of 0000:8a:00.0, 0000:8a:00.1" in fm["reason"]
+    assert [n["bus_id"] for n in info["pci"]["network"] if n["switch_managed"]] == ["0000:8a:00.0", "0000:8a:00.1"]
+
+
+# profile: NVML fabric state of every GPU as the profile plants it (no fabric: not_supported).
+FABRIC = {"hgx-h100": ("not_started", None), "hgx-b200": ("not_started", None), "gb200-tray": ("completed", "success"),
+          "a100-pcie-mig": ("not_supported", None), "v100": ("not_supported", None), "gh200": ("not_supported", None)}
+
+
+@pytest.mark.parametrize("profile", sorted(FABRIC))
+def test_fabric_state_per_profile(profile, tmp_path, fake_nvml):
+    gpus = read(profile, tmp_path, fake_nvml)["nvml"]["gpus"]
+    assert {(g["fabric"]["state"], g["fabric"]["status"]) for g in gpus} == {FABRIC[profile]}
+
+
+@pytest.mark.parametrize("planted, want", [
+    ("in_progress", ("in_progress", None, None)),
+    ("completed", ("completed", "success", 1)),
+    ("failed", ("completed", "Unknown Error", 1)),
+])
+def test_fabric_states_the_lab_can_plant(planted, want, tmp_path, fake_nvml):
+    profile = {**load_profile("hgx-h100"), "fabric": planted}
+    write_hardware(profile, tmp_path / "hw", "m1", "6.8.0-45-generic", fake_nvml)
+    info = collect(str(tmp_path / "hw"), str(tmp_path / "hw/nvml/libnvidia-ml.so.1"))
+    assert {(g["fabric"]["state"], g["fabric"]["status"], g["fabric"]["clique_id"]) for g in info["nvml"]["gpus"]} == {want}
+
+
+def test_an_unknown_fabric_state_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "x.yml").write_text("description: x\nfabric: done\n")
+    monkeypatch.setattr("lab.hardware.PROFILE_DIR", tmp_path)
+    with pytest.raises(LabError, match="fabric 'done' is not one of not_started, in_progress, completed, failed"):
+        load_profile("x")
 
 
 def test_gh200_reads_a_non_zero_pci_domain(tmp_path, fake_nvml):
@@ -133,7 +167,7 @@ def test_nvml_conf_bus_ids_are_nvml_formatted():
 
 
 def test_unknown_profile_is_named():
-    with pytest.raises(LabError, match=r"unknown hardware profile 'dgx-z' \(known: a100-pcie-mig, gh200"):
+    with pytest.raises(LabError, match=r"unknown hardware profile 'dgx-z' \(known: a100-pcie-mig, gb200-tray, gh200"):
         load_profile("dgx-z")
 
 
@@ -187,6 +221,7 @@ PROFILE_LABELS = {
     "hgx-h100": {**_versions("550.54.15", "12.4"), **_gpu("NVIDIA-H100-80GB-HBM3", "8", "81559", "hopper", "9", "0", "true")},
     "a100-pcie-mig": {**_versions("535.183.01", "12.2"), **_gpu("NVIDIA-A100-80GB-PCIe", "2", "81920", "ampere", "8", "0", "true")},
     "hgx-b200": {**_versions("570.133.20", "12.8"), **_gpu("NVIDIA-B200", "8", "183359", "blackwell", "10", "0", "true")},
+    "gb200-tray": {**_versions("580.178.04", "13.0"), **_gpu("NVIDIA-GB200", "4", "189471", "blackwell", "10", "0", "true")},
     "gh200": {**_versions("560.35.03", "12.6"), **_gpu("NVIDIA-GH200-480GB", "1", "97871", "hopper", "9", "0", "true")},
     "v100": {**_versions("535.183.01", "12.2"), **_gpu("Tesla-V100-SXM2-16GB", "4", "16384", "volta", "7", "0", "false")},
     # No driver: the collection's device table names the part; no version or memory labels, and MIG

@@ -57,30 +57,52 @@ def test_unknown_ids_are_named_not_guessed():
     assert mixed["type"] == "open" and "ffff are not in the GPU table" in mixed["reason"]
 
 
+def _pci(gpus: list, switches: int = 0, nics: int = 0, bridges: int = 0) -> dict:
+    network = [{"bus_id": f"0000:{i:02x}:00.0", "switch_managed": False} for i in range(nics)]
+    network += [{"bus_id": f"0000:8a:00.{i}", "switch_managed": True} for i in range(bridges)]
+    return {"gpus": gpus, "nvswitches": [{"device_id": "22a3"}] * switches, "network": network}
+
+
 def test_fabric_manager_for_nvswitches_on_pci():
-    pci = {"gpus": [pci_gpu("2330")] * 8, "nvswitches": [{"device_id": "22a3"}] * 4}
-    result = fabric_manager_required(pci)
-    assert result["required"] is True and result["nvlink5"] is False
+    result = fabric_manager_required(_pci([pci_gpu("2330")] * 8, switches=4, nics=8))
+    assert (result["required"], result["nvlink5"], result["mode"]) == (True, False, "fabricmanager")
     assert result["reason"] == "4 NVSwitch device(s) on the PCI bus"
 
 
-def test_fabric_manager_for_nvlink5_hgx_without_pci_switches():
-    result = fabric_manager_required({"gpus": [pci_gpu("2901")] * 8, "nvswitches": []})
-    assert result["required"] is True and result["nvlink5"] is True
-    assert "8x NVIDIA B200" in result["reason"]
+def test_nvlink5_from_the_switch_bridges_vpd():
+    result = fabric_manager_required(_pci([pci_gpu("2901")] * 8, nics=8, bridges=2))
+    assert (result["required"], result["nvlink5"], result["mode"]) == (True, True, "nvlsm")
+    assert "SW_MNG in the VPD of 0000:8a:00.0, 0000:8a:00.1" in result["reason"]
+
+
+def test_nvlink5_hgx_without_visible_bridges_still_needs_the_subnet_manager():
+    result = fabric_manager_required(_pci([pci_gpu("2901")] * 8))
+    assert (result["required"], result["nvlink5"], result["mode"]) == (True, True, "nvlsm")
+    assert "8x NVIDIA B200" in result["reason"] and "no SW_MNG bridge" in result["reason"]
+
+
+@pytest.mark.parametrize("device_id", ["2941", "31c2", "31c3"])
+def test_gb200_and_gb300_trays_run_imex_not_fabric_manager(device_id):
+    # A tray's NICs may well be switch managed too: the tray rule wins.
+    result = fabric_manager_required(_pci([pci_gpu(device_id)] * 4, nics=4, bridges=1))
+    assert (result["required"], result["mode"]) == (False, "imex")
+    assert "IMEX" in result["reason"]
 
 
 @pytest.mark.parametrize(
     "pci",
     [
-        {"gpus": [pci_gpu("20b5")] * 2, "nvswitches": []},  # PCIe A100s
-        {"gpus": [pci_gpu("2901")], "nvswitches": []},  # a single B200 has no fabric
-        {"gpus": [pci_gpu("2342")], "nvswitches": []},  # GH200
-        {"gpus": [], "nvswitches": []},
+        _pci([pci_gpu("20b5")] * 2),  # PCIe A100s
+        _pci([pci_gpu("2901")]),  # a single B200 has no fabric
+        _pci([pci_gpu("2342")], nics=1),  # GH200
+        _pci([pci_gpu("26b9")] * 4, bridges=0, nics=2),  # L40S with ordinary NICs
+        _pci([], bridges=2),  # bridges without a GPU: nothing to manage here
+        _pci([]),
     ],
 )
 def test_no_fabric_manager(pci):
-    assert fabric_manager_required(pci)["required"] is False
+    result = fabric_manager_required(pci)
+    assert (result["required"], result["mode"]) == (False, "none")
 
 
 A100_80GB = 81920 * 1024 * 1024
