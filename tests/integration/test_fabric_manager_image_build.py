@@ -1,0 +1,104 @@
+"""The fabric_manager role in an image being built: a chroot of a lab image, Ubuntu 24.04's real packages.
+
+An image pipeline builds the driver and the fabric daemon into the image and boots it later. The role
+has no hardware to read in a chroot, so the pipeline names the mode and the driver version. It must
+install Fabric Manager at exactly that version from Canonical's archive, hold it, enable the unit, edit
+fabricmanager.cfg in place - and start nothing. A check-mode run first must leave the image as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.distros import DISTROS
+from lab.images import ensure_images
+from tests.integration.test_lab_machines import REPO
+from tests.integration.test_toolkit_image_build import processes_in
+
+BIN = Path(sys.executable).parent
+# The version of branch 580 in Ubuntu 24.04's updates pocket when this test was written; the plan finds the
+# archive's exact package version for it. A newer upload replaces it in the archive: then change it here.
+VERSION = "580.178.04"
+PLAYBOOK = """
+- name: Build the fabric manager into an image
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpuops.nvidia.fabric_manager
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    tarball = ensure_images([DISTROS["noble"]])["noble"]
+    base = tmp_path_factory.mktemp("fm-image")
+    root = base / "root"
+    root.mkdir()
+    subprocess.run(["tar", "--zstd", "-xpf", str(tarball), "-C", str(root)], check=True)
+    shutil.copy2("/etc/resolv.conf", root / "etc/resolv.conf", follow_symlinks=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    subprocess.run(["chroot", str(root), "apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    (base / "site.yml").write_text(PLAYBOOK)
+    yield root, base
+    mounts = Path("/proc/self/mounts").read_text()
+    assert f" {root}/" not in mounts, f"something is still mounted under {root}"
+    shutil.rmtree(root)
+
+
+def run_role(root: Path, base: Path, *extra: str) -> dict:
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
+    res = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", f"{root},", "-c", "community.general.chroot",
+         "-e", "ansible_python_interpreter=/usr/bin/python3",
+         "-e", "gpuops_fabric_manager_mode=fabricmanager",
+         "-e", f"gpuops_fabric_manager_driver_version={VERSION}",
+         "-e", '{"gpuops_fabric_manager_config": {"FABRIC_MODE": 1}}',
+         *extra, str(base / "site.yml")],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"][str(root)] for play in out["plays"] for t in play["tasks"]}
+    return {"tasks": tasks, "stats": out["stats"][str(root)]}
+
+
+def dpkg(root: Path) -> dict[str, str]:
+    out = subprocess.run(["chroot", str(root), "dpkg-query", "-W", "-f", "${binary:Package} ${db:Status-Abbrev}${Version}\n"],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines()}
+
+
+def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(image):
+    root, base = image
+    before = dpkg(root)
+    check = run_role(root, base, "--check")
+    assert check["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"][
+        "plan"]["install"] is True
+    assert dpkg(root) == before, "check mode installed something"
+    assert not (root / "usr/sbin/policy-rc.d").exists()
+
+    first = run_role(root, base)
+    plan = first["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"]
+    assert plan["start"] is False and "image build" in plan["start_reason"]
+    packages = dpkg(root)
+    for name in ("nvidia-fabricmanager-580", "libnvidia-nscq-580"):
+        assert packages[name].startswith("hi ") and packages[name].split()[-1].startswith(VERSION + "-"), packages[name]
+    assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service").is_symlink()
+    cfg = (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text()
+    # Changed in place: the one line, the package's comments and other settings kept.
+    assert cfg.splitlines().count("FABRIC_MODE=1") == 1 and "FABRIC_MODE=0" not in cfg.splitlines()
+    assert sum(line.startswith("#") for line in cfg.splitlines()) > 50 and "LOG_LEVEL=4" in cfg.splitlines()
+    assert not (root / "usr/sbin/policy-rc.d").exists(), "the install's policy-rc.d was left behind"
+    assert processes_in(root) == [], "a process runs inside the image"
+    service = first["tasks"]["Enable the service, and start or stop it"]
+    assert service["invocation"]["module_args"]["state"] is None, "the role asked systemd to start or stop something"
+
+    second = run_role(root, base)
+    assert second["stats"]["changed"] == 0
