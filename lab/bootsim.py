@@ -12,6 +12,8 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   the machine's modprobe configuration blacklists it (`modprobe -c`), and also loads from the boot
   kernel's initramfs when that image holds the module and does not blacklist it. The loaded ones are
   written to proc/modules; a GPU planted as bound to a driver that did not load is left unbound.
+- The NVLink fabric starts over: the fake NVML's fabric state goes back to the profile's (not_started on
+  an NVSwitch board), until Fabric Manager (the lab's stand-in, lab/fabricsim.py) sets it up again.
 - The nvidia module is looked for in /lib/modules/<boot kernel> (a DKMS build, a precompiled package).
   What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
   a module found and not blacklisted becomes the loaded driver: its version goes to
@@ -237,6 +239,9 @@ def boot(hw: str = HW_ROOT, root: str = "/", runner: Runner = run) -> dict:
     driver = spec.get("gpu_driver")
     if driver and driver in modules and not modules[driver]["loaded"]:
         unbound = unbind(hw, spec.get("gpu_bus_ids", []), driver)
+    if spec.get("fabric") and os.path.isdir(os.path.join(hw, "nvml")):
+        with open(os.path.join(hw, "nvml/fabric"), "w") as handle:
+            handle.write(spec["fabric"] + "\n")
     nvidia = find_nvidia(root, kernel)
     nvidia_info = {"path": nvidia, **module_info(nvidia, runner)} if nvidia else None
     loads = bool(nvidia_info) and modules.get("nvidia", {}).get("loaded", False)

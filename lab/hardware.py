@@ -292,6 +292,8 @@ def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None
         "gpu_bus_ids": list(gpus.get("bus_ids") or []),
         "gpu_driver": gpus.get("driver"),
         "host_kernel": host_kernel,
+        # The NVLink fabric as the boot leaves it, before any Fabric Manager runs (fake NVML's "fabric" file).
+        "fabric": FABRIC_STATES[profile["fabric"]] if profile.get("fabric") else None,
     }
     _write(hw / bootsim.SPEC_NAME, json.dumps(spec, indent=2, sort_keys=True) + "\n")
     script = root / bootsim.BOOT_SCRIPT.lstrip("/")

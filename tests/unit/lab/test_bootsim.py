@@ -71,7 +71,7 @@ def test_the_lab_installs_the_script_its_unit_and_the_spec(machine):
     root, hw = machine
     spec = json.loads((hw / bootsim.SPEC_NAME).read_text())
     assert spec == {"modules": ["nouveau", "drm_kms_helper", "ttm"], "gpu_bus_ids": BUS_IDS, "gpu_driver": "nouveau",
-                    "host_kernel": "6.99.0-host"}
+                    "host_kernel": "6.99.0-host", "fabric": None}
     assert (root / bootsim.BOOT_SCRIPT.lstrip("/")).read_text() == Path(bootsim.__file__).read_text()
     unit = (root / "etc/systemd/system" / bootsim.UNIT_NAME).read_text()
     assert f"ExecStart=/usr/bin/python3 {bootsim.BOOT_SCRIPT}" in unit and "Before=sysinit.target ssh.service" in unit
@@ -196,6 +196,10 @@ def test_the_fabric_stand_in_is_installed_only_where_the_profile_has_a_fabric(hg
     assert "LAB ONLY" in dropin.read_text() and "ExecStart=/usr/bin/python3 /opt/gpuops-lab/fabric.py start fabricmanager" in dropin.read_text()
     assert (root / "etc/systemd/system/nvidia-imex.service.d/gpuops-lab.conf").is_file()
     assert (root / "opt/gpuops-lab/fabric.py").is_file()
+    assert (hw / "nvml/fabric").read_text() == "not_started\n"
+    # A Fabric Manager run completed the fabric; the next boot starts it over.
+    (hw / "nvml/fabric").write_text("completed 0\n")
+    bootsim.boot(str(hw), str(root), Runner())
     assert (hw / "nvml/fabric").read_text() == "not_started\n"
     l40s_root, _hw = machine
     assert not (l40s_root / "etc/systemd/system/nvidia-fabricmanager.service.d").exists()
