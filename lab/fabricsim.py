@@ -8,7 +8,9 @@ It does what the lab can check of the real one:
 - on a mismatch, or with no driver loaded, fails as the real daemon does (it aborts: "checks the currently
   loaded kernel driver stack version for compatibility"), writing the reason to its log file and stdout;
 - otherwise moves the fake NVML's fabric state (HW_ROOT/nvml/fabric) to completed, logs the real
-  daemon's success line, and stays "active" (a oneshot that remains after exit).
+  daemon's success line, and stays "active" (a oneshot that remains after exit);
+- with a planted fault (HW_ROOT/fabric-fault, its text the daemon's error), fails with it and leaves the
+  fabric in progress, as a switch that does not train does: for the role's failure path.
 It cannot show NVLink routing, NVSwitch errors, the NVLink Subnet Manager or IMEX peers: docs/lab.md.
 
 Run as `python3 /opt/gpuops-lab/fabric.py start|stop fabricmanager|imex`; stdlib only, Python 3.10+.
@@ -30,6 +32,7 @@ DAEMONS = {
     "imex": ("nvidia-imex.service", "/usr/bin/nvidia-imex", "/etc/nvidia-imex/config.cfg", "/var/log/nvidia-imex.log"),
 }
 DROPIN_NAME = "gpuops-lab.conf"
+FAULT_NAME = "fabric-fault"
 
 
 def dropin(name: str) -> str:
@@ -116,6 +119,12 @@ def start(name: str, hw: str = HW_ROOT) -> int:
     if driver != mine:
         log(logfile, "ERROR", f"{name} version {mine} does not match the loaded NVIDIA driver version {driver}; "
                               "install the matching package")
+        return 1
+    fault = os.path.join(hw, FAULT_NAME)
+    if name == "fabricmanager" and os.path.isfile(fault):
+        set_fabric(hw, "in_progress")
+        with open(fault) as handle:
+            log(logfile, "ERROR", handle.read().strip())
         return 1
     if name == "fabricmanager":
         set_fabric(hw, "completed 0")

@@ -55,3 +55,12 @@ def test_no_driver_loaded_fails(daemon):
 def test_usage():
     assert fabricsim.main(["fabric.py", "start", "nvlsm"]) == 2
     assert fabricsim.main(["fabric.py", "stop", "fabricmanager"]) == 0
+
+
+def test_a_planted_fault_fails_with_its_text_and_leaves_the_fabric_in_progress(daemon):
+    hw, log = daemon
+    loaded(hw, "580.178.04")
+    (hw / fabricsim.FAULT_NAME).write_text("NVSwitch 0000:05:00.0 failed to train its links\n")
+    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    assert (hw / "nvml/fabric").read_text() == "in_progress\n"
+    assert "[ERROR] [gpuops lab stand-in] NVSwitch 0000:05:00.0 failed to train its links" in log.read_text()
