@@ -16,9 +16,9 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   an NVSwitch board), until Fabric Manager (the lab's stand-in, lab/fabricsim.py) sets it up again.
 - The nvidia module is looked for in /lib/modules/<boot kernel> (a DKMS build, a precompiled package).
   What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
-  a module found and not blacklisted becomes the loaded driver: its version goes to
-  proc/driver/nvidia/version and to the fake NVML's driver version (nvml/nvml.conf), as after a real
-  boot; the rest of the GPUs' state stays the profile's.
+  a module found and not blacklisted becomes the loaded kernel module: its version and flavour go to
+  proc/driver/nvidia/version (what Fabric Manager checks itself against). The fake NVML's answers stay
+  the profile's: the real daemons that would talk to the module (nvidia-persistenced) cannot run here.
 
 Run as `python3 /opt/gpuops-lab/boot.py [HARDWARE_ROOT]`; stdlib only, Python 3.10 or later (Ubuntu 22.04 has 3.10).
 """
@@ -189,25 +189,13 @@ def write_proc(hw: str, kernel: str, loaded: list) -> None:
 
 
 def load_driver(hw: str, info: dict) -> bool:
-    """The found module becomes the loaded driver, where the profile simulates one: procfs and the fake NVML."""
-    conf = os.path.join(hw, "nvml/nvml.conf")
+    """The found module becomes the loaded kernel module, where the profile simulates one (procfs only)."""
+    version_file = os.path.join(hw, "proc/driver/nvidia/version")
     version = info.get("version")
-    if not version or not os.path.isfile(conf):
+    if not version or not os.path.isfile(version_file):
         return False
-    with open(conf) as handle:
-        lines = handle.read().splitlines()
-    if "driver_loaded=1" not in lines:
-        return False
-    nvml_prefix = next((line.split("=", 1)[1].split(".", 1)[0] for line in lines if line.startswith("nvml_version=")), "12")
-    values = {"driver_version": version, "nvml_version": f"{nvml_prefix}.{version}"}
-    lines = [f"{line.split('=', 1)[0]}={values[line.split('=', 1)[0]]}" if line.split("=", 1)[0] in values else line
-             for line in lines]
-    with open(conf + ".tmp", "w") as handle:
-        handle.write("\n".join(lines) + "\n")
-    os.replace(conf + ".tmp", conf)
     kind = "Open Kernel Module for x86_64" if "GPL" in (info.get("license") or "") else "x86_64 Kernel Module"
-    os.makedirs(os.path.join(hw, "proc/driver/nvidia"), exist_ok=True)
-    with open(os.path.join(hw, "proc/driver/nvidia/version"), "w") as handle:
+    with open(version_file, "w") as handle:
         handle.write(f"NVRM version: NVIDIA UNIX {kind}  {version}  Release Build\n")
     return True
 

@@ -127,20 +127,23 @@ gpu_info:
           elements: dict
           sample: [{bus_id: "0000:05:00.0", device_id: 22a3, class: "0680", name: GH100 NVSwitch}]
         network:
-          description: NVIDIA (Mellanox) networking devices, with the keys every device has and C(family).
+          description:
+            - NVIDIA (Mellanox) networking devices, with the keys every device has, C(family), and C(switch_managed)
+              (the function's VPD carries C(SW_MNG): a ConnectX bridge of an NVLink5 board's NVSwitches).
           type: list
           elements: dict
-          sample: [{bus_id: "0000:1a:00.0", vendor_id: 15b3, device_id: "1021", class: "0207", family: ConnectX-7}]
+          sample: [{bus_id: "0000:1a:00.0", vendor_id: 15b3, device_id: "1021", class: "0207", family: ConnectX-7, switch_managed: false}]
     node:
       description: The node's kernel state.
       type: dict
       contains:
         modules:
           description:
-            - C(nouveau) (loaded), C(nvidia) (the NVIDIA kernel modules loaded) and C(flavour)
-              (C(open) or C(proprietary) for the loaded nvidia module, null when none is loaded).
+            - C(nouveau) (loaded), C(nvidia) (the NVIDIA kernel modules loaded), C(flavour) (C(open) or C(proprietary)
+              for the loaded nvidia module) and C(version) (its version, from C(/proc/driver/nvidia/version)); null
+              when none is loaded.
           type: dict
-          sample: {nouveau: false, nvidia: [nvidia, nvidia_uvm], flavour: open}
+          sample: {nouveau: false, nvidia: [nvidia, nvidia_uvm], flavour: open, version: 580.178.04}
         secure_boot:
           description: C(enabled), C(disabled), C(not_efi) (legacy boot) or C(unknown) (EFI, variable unreadable).
           type: str
@@ -184,7 +187,10 @@ gpu_info:
         gpus:
           description:
             - Per GPU, C(index), C(uuid), C(name), C(bus_id) (as sysfs writes it), C(memory_mib),
-              C(compute_capability), C(persistence_mode) and C(mig).
+              C(compute_capability), C(persistence_mode), C(mig) and C(fabric).
+            - C(fabric) is the GPU's place in its NVLink fabric (C(nvmlDeviceGetGpuFabricInfo)), C(state) -
+              C(not_supported) (no fabric, or a driver without the call), C(not_started), C(in_progress), C(completed) -
+              and, once completed, C(status) (C(success) or NVML's error) and C(clique_id).
             - C(mig) has C(capable), C(current) and C(pending) (MIG mode), C(profiles) (the GPU-instance profiles
               the GPU supports, each with C(profile), C(id), C(name), C(instances), C(slices), C(memory_mib),
               C(multiprocessors) and C(engines)) and C(devices) (in MIG mode, the MIG devices that exist, each with
@@ -201,6 +207,7 @@ gpu_info:
               memory_mib: 81920
               compute_capability: "8.0"
               persistence_mode: true
+              fabric: {state: not_supported, status: null, clique_id: null}
               mig:
                 capable: true
                 current: true
@@ -252,9 +259,12 @@ gpu_info:
           type: dict
           sample: {type: open, reason: "hopper GPUs support the open modules, NVIDIA's default", error: null}
         fabric_manager:
-          description: C(required), C(reason), and C(nvlink5) (an NVLink5 HGX board, whose NVSwitches are not PCI devices).
+          description:
+            - C(mode), what the node runs for its NVLink fabric - C(none), C(fabricmanager) (NVSwitches on the PCI bus),
+              C(nvlsm) (Fabric Manager with the NVLink Subnet Manager, an NVLink5 board) or C(imex) (a GB200/GB300 NVL
+              compute tray) - with C(reason), C(required) (Fabric Manager must run) and C(nvlink5).
           type: dict
-          sample: {required: true, reason: 4 NVSwitch device(s) on the PCI bus, nvlink5: false}
+          sample: {mode: fabricmanager, required: true, reason: 4 NVSwitch device(s) on the PCI bus, nvlink5: false}
 """
 
 from ansible.module_utils.basic import AnsibleModule

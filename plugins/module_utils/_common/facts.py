@@ -13,7 +13,8 @@ A change to the structure's keys or types bumps SCHEMA_VERSION (and the Literal 
 Version 2: gpu_info reports hardware only; the GFD node labels (derived.labels, derived.labels_source)
 moved to the cluster side.
 Version 3: the fabric: network functions say whether they are NVLink5 switch management bridges
-(pci.network[].switch_managed), each GPU its NVML fabric state (nvml.gpus[].fabric), and
+(pci.network[].switch_managed), each GPU its NVML fabric state (nvml.gpus[].fabric), the loaded
+module its version (node.modules.version), and
 derived.fabric_manager names what the node runs (mode: none, fabricmanager, nvlsm, imex).
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
@@ -93,6 +94,7 @@ class ModulesState(TypedDict):
     nouveau: bool
     nvidia: list[str]  # the NVIDIA kernel modules loaded
     flavour: ModuleFlavour | None  # of the loaded nvidia module; None when none is loaded
+    version: str | None  # of the loaded nvidia module (proc/driver/nvidia/version); None when none is loaded
 
 
 class KernelState(TypedDict):

@@ -274,11 +274,15 @@ def _same_kind(name: str, wanted: list[str]) -> bool:
 
 
 def start_decision(version: str | None, gpu_info: Mapping[str, Any], image_build: bool) -> tuple[bool, str]:
-    """Whether the daemon may start now, and why: never against a driver of another version."""
+    """Whether the daemon may start now, and why: never against a driver of another version.
+
+    The loaded kernel module's version is what the daemon checks itself against; NVML's is the fallback.
+    """
     if image_build:
         return False, "an image build: enabled, started by the booted node"
     nvml = gpu_info.get("nvml", {})
-    loaded = nvml.get("driver_version") if nvml.get("status") == "ok" else None
+    loaded = (gpu_info.get("node", {}).get("modules", {}).get("version")
+              or (nvml.get("driver_version") if nvml.get("status") == "ok" else None))
     if not loaded:
         return False, "no NVIDIA driver is loaded: enabled, it starts at boot once the driver loads"
     if loaded != version:

@@ -9,6 +9,7 @@ same code reads a server, an image being built, or the lab's simulated hardware 
 from __future__ import annotations
 
 import os
+import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import (
     KernelState,
@@ -126,6 +127,16 @@ def read_loaded_modules(root: str) -> list[str]:
     return [line.split()[0] for line in text.splitlines() if line.strip()]
 
 
+def nvidia_module_version(root: str) -> str | None:
+    """The loaded nvidia module's version ('580.178.04'), from proc/driver/nvidia/version; None when none is loaded.
+
+    What Fabric Manager checks itself against: the kernel driver's version, which NVML's normally equals.
+    """
+    text = _read(os.path.join(root, "proc/driver/nvidia/version")) or ""
+    found = re.search(r"\s(\d+\.\d+(?:\.\d+)?)\s", text.splitlines()[0] + " " if text else "")
+    return found.group(1) if found else None
+
+
 def nvidia_module_flavour(root: str) -> ModuleFlavour | None:
     """'open' or 'proprietary' for the loaded nvidia module, None when none is loaded."""
     text = _read(os.path.join(root, "proc/driver/nvidia/version"))
@@ -182,6 +193,7 @@ def node_state(root: str) -> NodeState:
             "nouveau": "nouveau" in loaded,
             "nvidia": [m for m in NVIDIA_MODULES if m in loaded],
             "flavour": nvidia_module_flavour(root),
+            "version": nvidia_module_version(root),
         },
         "secure_boot": secure_boot_state(root),
         "kernel": kernel_state(root),

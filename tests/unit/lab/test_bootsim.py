@@ -170,9 +170,8 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     record = bootsim.boot(str(hw), str(root), Runner())
     assert record["driver_loaded"] is True
     assert (hw / "proc/driver/nvidia/version").read_text() == "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.126.20  Release Build\n"
-    conf = (hw / "nvml/nvml.conf").read_text().splitlines()
-    assert "driver_version=580.126.20" in conf and "nvml_version=12.580.126.20" in conf
-    assert sum(line.startswith("gpu=") for line in conf) == 8  # the rest stays the profile's
+    # NVML's answers stay the profile's.
+    assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text().splitlines()
 
 
 def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
@@ -180,7 +179,7 @@ def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
     kernel(root, HWE, "updates/dkms/nvidia.ko")
     record = bootsim.boot(str(hw), str(root), Runner(config="blacklist nvidia\n"))
     assert record["driver_loaded"] is False
-    assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text()
+    assert "550.54.15" in (hw / "proc/driver/nvidia/version").read_text()
 
 
 def test_a_machine_without_a_loaded_driver_gets_none_from_the_module(machine):

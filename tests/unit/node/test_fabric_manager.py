@@ -17,7 +17,7 @@ def gpu_info(mode: str = "fabricmanager", loaded: str | None = V580) -> dict:
     return {
         "derived": {"fabric_manager": {"mode": mode, "reason": "4 NVSwitch device(s) on the PCI bus", "required": mode != "none"}},
         "nvml": {"status": "ok" if loaded else "driver_not_loaded", "driver_version": loaded},
-        "node": {"image_build": False},
+        "node": {"image_build": False, "modules": {"version": loaded}},
     }
 
 
@@ -219,3 +219,9 @@ def test_every_key_of_the_shipped_580_file_is_known():
 def test_never_started_against_another_driver(loaded, image_build, start, says):
     ok, why = fm.start_decision(V580, gpu_info(loaded=loaded), image_build)
     assert ok is start and says in why
+
+
+def test_the_kernel_modules_version_decides_over_nvmls():
+    # After a reboot into the new module, an NVML library of the old driver still answering (the lab's case).
+    info = {**gpu_info(loaded="550.54.15"), "node": {"image_build": False, "modules": {"version": V580}}}
+    assert fm.start_decision(V580, info, False) == (True, "the loaded driver is 580.178.04")
