@@ -129,7 +129,7 @@ gpu_info:
         network:
           description:
             - NVIDIA (Mellanox) networking devices, with the keys every device has, C(family), and C(switch_managed)
-              (the function's VPD carries C(SW_MNG): a ConnectX bridge of an NVLink5 board's NVSwitches).
+              (the function's VPD carries C(SW_MNG), so it is a ConnectX bridge of an NVLink5 board's NVSwitches).
           type: list
           elements: dict
           sample: [{bus_id: "0000:1a:00.0", vendor_id: 15b3, device_id: "1021", class: "0207", family: ConnectX-7, switch_managed: false}]
