@@ -20,6 +20,7 @@ from typing import Any
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import FAMILY as FM_FAMILY
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import parse_policy_versions, parse_repoquery
 
 Runner = Callable[..., tuple[int, str, str]]
@@ -288,6 +289,11 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
     plan.cuda_repo, plan.rhel = choice.cuda_repo, choice.rhel
     plan.install = bool(source.missing(names, choice.branch, installed, everything))
     plan.unhold = source.to_unhold(installed, plan.install)
+    if plan.install and family != "rhel":
+        # Fabric Manager's packages depend on the driver's exact version (Ubuntu's on
+        # nvidia-kernel-common-<branch>-server-<version>): held, they stop apt from moving the driver. The
+        # fabric_manager role, which follows in the play, installs and holds them at the new version.
+        plan.unhold += sorted(n for n, p in everything.items() if FM_FAMILY.match(n) and p["held"] and n not in plan.unhold)
     if installed["packages"]:
         plan.installed_module_types = {k: host.module_type(k) for k in plan.kernels}
         plan.installed_module_type = plan.installed_module_types[kernel]

@@ -149,6 +149,17 @@ def test_another_installed_branch_is_refused_then_replaced_when_allowed(info_of,
     assert out["plan"]["unhold"] == ["libnvidia-compute-570-server", "linux-modules-nvidia-570-server-open-6.8.0-151-generic"]
 
 
+def test_a_driver_install_releases_the_held_fabric_manager_bound_to_the_old_version(info_of, root):
+    # Ubuntu's nvidia-fabricmanager-570 depends on nvidia-kernel-common-570-server-570.211.01: held, apt could not
+    # move the driver. The fabric_manager role holds the new one after the install.
+    dpkg = ("libnvidia-compute-570-server\t570.211.01-0ubuntu1.24.04.1\thi \n"
+            "nvidia-fabricmanager-570\t570.211.01-0ubuntu1.24.04.1\thi \n"
+            "libnvidia-nscq-570\t570.211.01-0ubuntu1.24.04.1\tii \n")
+    out = driver_host.make_plan(request(branch="580", allow_branch_change=True), info_of("hgx-h100"), FakeHost("noble", dpkg).host(),
+                                root("6.8.0-151-generic"))
+    assert out["plan"]["unhold"] == ["libnvidia-compute-570-server", "nvidia-fabricmanager-570"]
+
+
 def test_bookworm_l40s_falls_back_to_proprietary_when_open_lags(info_of, root):
     out = driver_host.make_plan(request(distribution="Debian", major_version="12"), info_of("l40s"), FakeHost("bookworm").host(),
                                 root("6.1.0-56-amd64"))
