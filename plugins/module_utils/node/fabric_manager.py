@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError, branch_of, distro_key, driver_version
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError, branch_of, distro_key, driver_version, installed_driver
 
 MODES = ("auto", "none", "fabricmanager", "nvlsm", "imex")
 CONFIG_PATH = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
@@ -212,6 +212,12 @@ def plan_fabric(*, gpu_info: Mapping[str, Any], distribution: str, major_version
     plan = FabricPlan(mode=mode, reason=reason, family=family, version=None, service=SERVICES[mode], config=config)
     if mode == "none":
         return plan
+    everything = installed(family)
+    if not driver_version_value.strip():
+        # No version given (the role runs without the driver role before it): the installed driver's.
+        driver_version_value = installed_driver(everything, family)["version"] or ""
+        version_variable = f"{version_variable} (empty; the package database has no driver either)" if not driver_version_value \
+            else version_variable
     version = driver_version(driver_version_value)
     if not version or version != driver_version_value.strip():
         raise PlanError(version_variable, f"{driver_version_value!r} is not a driver version (such as 580.105.08): "
@@ -240,7 +246,7 @@ def plan_fabric(*, gpu_info: Mapping[str, Any], distribution: str, major_version
                                           + ("; NVIDIA's CUDA repository has them (gpuops_driver_repository: cuda)"
                                              if mode == "nvlsm" and repository == "distro" else ""))
     plan.packages = specs
-    have = {n: p for n, p in installed(family).items() if FAMILY.match(n) or n in plan.names}
+    have = {n: p for n, p in everything.items() if FAMILY.match(n) or n in plan.names}
     plan.installed = have
     wanted = dict(zip(plan.names, specs, strict=True))
 

@@ -144,7 +144,20 @@ def test_nothing_for_a_pcie_node_reads_no_package():
     assert (p.mode, p.packages, p.service) == ("none", [], None)
 
 
-@pytest.mark.parametrize("value", ["", "580", "latest", "580.178.04-0ubuntu1"])
+def test_without_a_version_the_installed_drivers_is_taken():
+    have = {"nvidia-dkms-580-server-open": {"version": DEB580, "held": True},
+            "libnvidia-compute-580-server": {"version": DEB580, "held": True}}
+    p = plan(have, driver_version_value="", version_variable="gpuops_fabric_manager_driver_version")
+    assert p.version == V580 and p.packages == [f"nvidia-fabricmanager-580={DEB580}", f"libnvidia-nscq-580={DEB580}"]
+
+
+def test_without_a_version_or_a_driver_it_is_refused():
+    with pytest.raises(PlanError, match=r"^gpuops_fabric_manager_driver_version \(empty; the package database has no driver either\): "
+                                        r"'' is not a driver version"):
+        plan(driver_version_value="", version_variable="gpuops_fabric_manager_driver_version")
+
+
+@pytest.mark.parametrize("value", ["580", "latest", "580.178.04-0ubuntu1"])
 def test_a_driver_version_that_is_not_one_is_refused(value):
     with pytest.raises(PlanError, match=r"^gpuops_driver.version: .* is not a driver version"):
         plan(driver_version_value=value)
