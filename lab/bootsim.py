@@ -188,15 +188,20 @@ def write_proc(hw: str, kernel: str, loaded: list) -> None:
         handle.write("".join(f"{m} 65536 0 - Live 0x0000000000000000\n" for m in loaded))
 
 
+def driver_version_line(version: str, open_modules: bool) -> str:
+    """/proc/driver/nvidia/version's first line, as the open or the proprietary module writes it."""
+    kind = "Open Kernel Module for x86_64" if open_modules else "x86_64 Kernel Module"
+    return f"NVRM version: NVIDIA UNIX {kind}  {version}  Release Build\n"
+
+
 def load_driver(hw: str, info: dict) -> bool:
     """The found module becomes the loaded kernel module, where the profile simulates one (procfs only)."""
     version_file = os.path.join(hw, "proc/driver/nvidia/version")
     version = info.get("version")
     if not version or not os.path.isfile(version_file):
         return False
-    kind = "Open Kernel Module for x86_64" if "GPL" in (info.get("license") or "") else "x86_64 Kernel Module"
     with open(version_file, "w") as handle:
-        handle.write(f"NVRM version: NVIDIA UNIX {kind}  {version}  Release Build\n")
+        handle.write(driver_version_line(version, "GPL" in (info.get("license") or "")))
     return True
 
 

@@ -240,8 +240,7 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
     _write(proc_dir / "sys/kernel/osrelease", kernel_release + "\n")
     driver = profile.get("driver") or {}
     if driver.get("loaded"):
-        kind = "Open Kernel Module for x86_64" if driver.get("flavour") == "open" else "x86_64 Kernel Module"
-        _write(proc_dir / "driver/nvidia/version", f"NVRM version: NVIDIA UNIX {kind}  {driver['version']}  Release Build\n")
+        _write(proc_dir / "driver/nvidia/version", bootsim.driver_version_line(driver["version"], driver.get("flavour") == "open"))
     if gpus and nvml_library is not None:
         (dest / "nvml").mkdir()
         shutil.copy2(nvml_library, dest / "nvml/libnvidia-ml.so.1")
