@@ -23,7 +23,7 @@ description:
     whether Fabric Manager is required.
   - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
-  - The structure is versioned by C(schema_version) (3 since the fabric state joined it).
+  - The structure is versioned by C(schema_version) (4 since the RDMA stack joined it).
   - Never changes anything; always returns C(changed=false).
 author:
   - gpuops.nvidia maintainers (@gpuops)
@@ -156,6 +156,15 @@ gpu_info:
           description: Whether this is an image being built (a chroot, or no systemd running).
           type: bool
           sample: false
+        rdma:
+          description:
+            - The RDMA stack - C(modules) (the RDMA and GPUDirect kernel modules loaded, among C(mlx5_core), C(mlx5_ib),
+              C(ib_core), C(ib_uverbs), C(ib_umad), C(rdma_ucm), C(nvidia_peermem), C(nvidia_fs) and C(gdrdrv)) and C(ofed),
+              a host MLNX_OFED or DOCA-OFED - C(present) (its C(ofed_info) script or C(/usr/src/ofa_kernel)), C(version)
+              (the release C(ofed_info -s) prints, read from the script, or null) and C(kernel_source)
+              (C(/usr/src/ofa_kernel), which C(nvidia-peermem) builds against).
+          type: dict
+          sample: {modules: [mlx5_core, mlx5_ib, ib_core, ib_uverbs], ofed: {present: false, version: null, kernel_source: false}}
     nvml:
       description: The driver's view, read in one NVML session.
       type: dict

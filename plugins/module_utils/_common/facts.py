@@ -16,6 +16,8 @@ Version 3: the fabric: network functions say whether they are NVLink5 switch man
 (pci.network[].switch_managed), each GPU its NVML fabric state (nvml.gpus[].fabric), the loaded
 module its version (node.modules.version), and
 derived.fabric_manager names what the node runs (mode: none, fabricmanager, nvlsm, imex).
+Version 4: the node's RDMA stack (node.rdma): the RDMA and GPUDirect kernel modules loaded, and a host
+MLNX_OFED or DOCA-OFED (ofed_info, /usr/src/ofa_kernel).
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
 `X | None` values of keys that are always present.
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-SchemaVersion = Literal[3]
-SCHEMA_VERSION: Final = 3
+SchemaVersion = Literal[4]
+SCHEMA_VERSION: Final = 4
 
 NvmlStatus = Literal["ok", "binding_missing", "library_not_found", "driver_not_loaded", "error"]
 SecureBoot = Literal["enabled", "disabled", "not_efi", "unknown"]
@@ -103,11 +105,23 @@ class KernelState(TypedDict):
     headers_installed: bool
 
 
+class OfedState(TypedDict):
+    present: bool  # a host MLNX_OFED or DOCA-OFED: ofed_info or /usr/src/ofa_kernel
+    version: str | None  # as `ofed_info -s` prints it, without the colon ('OFED-internal-24.10-1.1.4'); None when unknown
+    kernel_source: bool  # /usr/src/ofa_kernel: what nvidia-peermem builds against
+
+
+class RdmaState(TypedDict):
+    modules: list[str]  # the RDMA and GPUDirect modules loaded (mlx5_core, ib_core, nvidia_peermem, nvidia_fs, gdrdrv ...)
+    ofed: OfedState
+
+
 class NodeState(TypedDict):
     modules: ModulesState
     secure_boot: SecureBoot
     kernel: KernelState
     image_build: bool
+    rdma: RdmaState
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,11 +15,13 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import
     KernelState,
     ModuleFlavour,
     NodeState,
+    OfedState,
     PciDevice,
     PciFacts,
     PciGpu,
     PciNic,
     PciSwitch,
+    RdmaState,
     SecureBoot,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
@@ -35,6 +37,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import (
 
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nvidia_fs")
+# The RDMA core and ConnectX modules, and the GPUDirect ones (RDMA, Storage, GDRCopy) beside the driver.
+RDMA_MODULES = ("mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "ib_umad", "rdma_ucm", "nvidia_peermem", "nvidia_fs", "gdrdrv")
+# `ofed_info -s` prints its release as the script holds it: 'MLNX_OFED_LINUX-5.8-1.0.1.1:', 'OFED-internal-24.10-1.1.4:'.
+_OFED_RELEASE = re.compile(r"\b((?:MLNX_OFED_LINUX|MLNX_EN|OFED-internal|DOCA-OFED|OFED)-\d[\w.-]*?):")
 
 
 def _read(path: str) -> str | None:
@@ -185,6 +191,27 @@ def is_image_build(filesystem_root: str = "/") -> bool:
     return not os.path.isdir(os.path.join(filesystem_root, "run/systemd/system"))
 
 
+def ofed_state(filesystem_root: str = "/") -> OfedState:
+    """A host MLNX_OFED or DOCA-OFED: its ofed_info script (the release it prints, read from the script's text
+    rather than run) and its kernel sources (/usr/src/ofa_kernel, what nvidia-peermem builds against)."""
+    text = None
+    for where in ("usr/bin/ofed_info", "usr/sbin/ofed_info"):
+        try:
+            with open(os.path.join(filesystem_root, where), "rb") as handle:
+                text = handle.read(262144).decode("utf-8", "replace")
+            break
+        except OSError:
+            continue
+    found = _OFED_RELEASE.search(text or "")
+    source = os.path.isdir(os.path.join(filesystem_root, "usr/src/ofa_kernel"))
+    return {"present": text is not None or source, "version": found.group(1) if found else None, "kernel_source": source}
+
+
+def rdma_state(loaded: list[str], filesystem_root: str = "/") -> RdmaState:
+    """The RDMA and GPUDirect modules among those loaded, and a host OFED (on the file system)."""
+    return {"modules": [m for m in RDMA_MODULES if m in loaded], "ofed": ofed_state(filesystem_root)}
+
+
 def node_state(root: str) -> NodeState:
     """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
     loaded = read_loaded_modules(root)
@@ -198,4 +225,5 @@ def node_state(root: str) -> NodeState:
         "secure_boot": secure_boot_state(root),
         "kernel": kernel_state(root),
         "image_build": is_image_build(),
+        "rdma": rdma_state(loaded),
     }
