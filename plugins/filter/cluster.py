@@ -41,6 +41,7 @@ def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = Non
             row[key] = default if value is None else value
         # Computed here, from the full facts, so that only the slim part is kept for a thousand nodes.
         row["gfd_labels"] = _gfd_labels(info, hv.get("gpuops_device_plugin_config"), gfd)
+        row["gpudirect"] = cluster.gpudirect(info, hv.get("gpuops_rdma"))
         nodes[name] = row
     return nodes
 

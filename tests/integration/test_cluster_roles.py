@@ -3,10 +3,11 @@
 The GPU hosts are KWOK nodes without machines: each host's gpuops_gpu_info is what gpu_info reads from its
 profile's simulated hardware (lab/facts.py), so every task on the hosts is skipped and the roles run
 from the controller as they do in production. In order, on one fresh cluster: check mode creates nothing;
-bad input fails before anything is applied, naming the variable; a run deploys everything where it belongs,
-the simulated device plugin brings each node's capacity (16 on the L40S node with time-slicing x4) and the
-validation role passes; a second run changes nothing; a Node whose GFD label is wrong fails validation, named
-with the label, the value expected and the one found. On a thousand nodes, cluster.yml takes under 5 minutes.
+bad input fails before anything is applied, naming the variable; a run deploys everything where it belongs
+(the device plugin with GDS and GDRCopy turned on from the rdma role's facts), the simulated device plugin
+brings each node's capacity (16 on the L40S node with time-slicing x4) and the validation role passes; a second
+run changes nothing; a Node whose GFD label is wrong fails validation, named with the label, the value expected
+and the one found. On a thousand nodes, cluster.yml takes under 5 minutes.
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def lab_cluster(tmp_path_factory):
         list(NODES),
         {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"ts-4": TS4},
          "gpuops_validation_timeout": 120},
-        {"r-l40s": {"gpuops_device_plugin_config": "ts-4"}, "r-a100": {"gpuops_mig_manager_config": "all-balanced"}})))
+        # What the rdma role tells the cluster side: GDS set up on the H100 host, GDRCopy on the L40S one.
+        {"r-l40s": {"gpuops_device_plugin_config": "ts-4", "gpuops_rdma": {"path": "none", "gds": False, "gdrcopy": True}},
+         "r-a100": {"gpuops_mig_manager_config": "all-balanced"},
+         "r-h100": {"gpuops_rdma": {"path": "dmabuf", "gds": True, "gdrcopy": False}}})))
     yield kubeconfig, inventory
     lab(state, "cluster", "down")
 
@@ -155,6 +159,12 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
         running = {p["spec"]["nodeName"] for p in pods if p["metadata"]["labels"].get("app") == name
                    and p["status"].get("phase") == "Running"}
         assert running == nodes, name
+
+    # GDS (with MOFED, as the operator pairs them) and GDRCopy, from the rdma role's facts.
+    plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in plugin["containers"][0]["env"]}
+    assert {k: env.get(k) for k in ("GDS_ENABLED", "MOFED_ENABLED", "GDRCOPY_ENABLED")} == dict.fromkeys(
+        ("GDS_ENABLED", "MOFED_ENABLED", "GDRCOPY_ENABLED"), "true")
 
     # With sharing configs, GFD runs the device plugin's config manager, so its labels tell each node's sharing.
     gfd_pod = get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["spec"]["template"]["spec"]

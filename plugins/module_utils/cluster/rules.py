@@ -7,7 +7,8 @@
 - the resources each node should advertise, given its GPUs, the MIG strategy and its sharing config,
 - the mig-parted config (`version: v1`, `mig-configs`) per GPU model, and its check against each model's
   MIG profile table as the node's NVML reports it (names, counts and placement),
-- the DCGM exporter's metrics CSV checked (three fields, known types, known DCGM field names).
+- the DCGM exporter's metrics CSV checked (three fields, known types, known DCGM field names),
+- the GPUDirect features (GDS, GDRCopy) the device plugin passes to GPU containers.
 
 Checks return lists of messages, each naming the variable, the value and what is accepted; an empty list
 means the input is good. Nothing here talks to a cluster.
@@ -16,7 +17,8 @@ means the input is good. Nothing here talks to a cluster.
 from __future__ import annotations
 
 import re
-from typing import TypeGuard
+from collections.abc import Mapping
+from typing import Any, TypeGuard
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import SlimFacts, gpu_count, mig_capable, nvml_gpus
@@ -33,6 +35,23 @@ METRIC_TYPES = ("gauge", "counter", "histogram", "summary", "label")
 _MIG_PROFILE = re.compile(r"^(\d+c\.)?\d+g\.\d+gb([+-][a-z]+(\.[a-z]+)*)?$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a ConfigMap key, and a label value
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPUDirect features
+# ---------------------------------------------------------------------------------------------------
+
+def gpudirect(info: Mapping[str, Any], rdma: object) -> dict[str, bool]:
+    """GDS and GDRCopy on a node, from its full gpu_info and the rdma role's fact (gpuops_rdma, when it ran).
+
+    The GPU Operator's device plugin entrypoint turns them on from the modules it sees loaded (nvidia_fs,
+    gdrdrv); here the same modules in the node's facts count, and so does what the rdma role set up in this
+    run (it loads at the next boot where the driver is not loaded yet). Facts from before schema 4 have no
+    node.rdma: nothing is loaded then.
+    """
+    loaded = ((info.get("node") or {}).get("rdma") or {}).get("modules") or []
+    role = rdma if isinstance(rdma, Mapping) else {}
+    return {"gds": "nvidia_fs" in loaded or bool(role.get("gds")), "gdrcopy": "gdrdrv" in loaded or bool(role.get("gdrcopy"))}
 
 
 # ---------------------------------------------------------------------------------------------------

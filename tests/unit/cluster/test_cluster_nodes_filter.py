@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes
@@ -47,3 +49,16 @@ def test_without_gfd_settings_there_is_no_expectation(hostvars):
 def test_a_host_without_facts_is_named(hostvars):
     with pytest.raises(AnsibleFilterError, match="host bare has no gpuops_gpu_info"):
         cluster_nodes(["h100-a", "bare"], {**hostvars, "bare": {}}, KEYS, {"mig_strategy": "mixed", "configs": {}, "default_config": ""})
+
+
+def test_gpudirect_comes_from_the_loaded_modules_or_the_rdma_roles_fact(hostvars, info_of):
+    loaded = copy.deepcopy(info_of("l40s"))
+    loaded["node"]["rdma"]["modules"] = ["nvidia_fs", "gdrdrv"]
+    old_schema = copy.deepcopy(info_of("a100-pcie-mig"))
+    del old_schema["node"]["rdma"]
+    hosts = {**hostvars, "l40s": {"gpuops_gpu_info": loaded}, "a100": {"gpuops_gpu_info": old_schema},
+             "h100-b": {"gpuops_gpu_info": info_of("hgx-h100"), "gpuops_rdma": {"path": "dmabuf", "gds": False, "gdrcopy": True}}}
+    nodes = cluster_nodes(list(hosts), hosts, KEYS)
+    assert nodes["l40s"]["gpudirect"] == {"gds": True, "gdrcopy": True}
+    assert nodes["h100-b"]["gpudirect"] == {"gds": False, "gdrcopy": True}
+    assert nodes["h100-a"]["gpudirect"] == nodes["a100"]["gpudirect"] == {"gds": False, "gdrcopy": False}
