@@ -48,6 +48,13 @@ options:
     type: str
     choices: [auto, inbox, doca]
     default: auto
+  nics:
+    description:
+      - C(auto) looks at the PCI bus; C(present) plans for ConnectX NICs where none is visible (an image built for
+        nodes that have them).
+    type: str
+    choices: [auto, present]
+    default: auto
   peermem:
     description: The legacy C(nvidia-peermem) path, also where DMA-BUF could work.
     type: bool
@@ -137,7 +144,7 @@ plan:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import STACKS, RdmaRequest, plan_rdma
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import NICS, STACKS, RdmaRequest, plan_rdma
 
 
 def main() -> None:
@@ -148,6 +155,7 @@ def main() -> None:
             "major_version": {"type": "str", "required": True},
             "architecture": {"type": "str", "default": "x86_64"},
             "stack": {"type": "str", "choices": list(STACKS), "default": "auto"},
+            "nics": {"type": "str", "choices": list(NICS), "default": "auto"},
             "peermem": {"type": "bool", "default": False},
             "gds": {"type": "bool", "default": False},
             "gdrcopy": {"type": "bool", "default": False},
@@ -163,7 +171,7 @@ def main() -> None:
     )
     p = module.params
     host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
-    request = RdmaRequest(**{k: p[k] for k in ("stack", "peermem", "gds", "gdrcopy", "module_type", "module_type_variable",
+    request = RdmaRequest(**{k: p[k] for k in ("stack", "nics", "peermem", "gds", "gdrcopy", "module_type", "module_type_variable",
                                                "driver_method", "driver_repository", "kernel", "doca_version", "doca_repo_url")})
 
     def available(family: str, names: list[str]) -> dict[str, bool]:

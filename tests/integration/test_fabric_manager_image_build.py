@@ -1,9 +1,11 @@
-"""The fabric_manager role in an image being built: a chroot of a lab image, Ubuntu 24.04's real packages.
+"""The rdma and fabric_manager roles in an image being built: a chroot of a lab image, Ubuntu 24.04's real packages.
 
-An image pipeline builds the driver and the fabric daemon into the image and boots it later. The role
-has no hardware to read in a chroot, so the pipeline names the mode and the driver version. It must
-install Fabric Manager at exactly that version from Canonical's archive, hold it, enable the unit, edit
-fabricmanager.cfg in place - and start nothing. A check-mode run first must leave the image as it was.
+An image pipeline builds the driver and the fabric daemon into the image and boots it later. The roles
+have no hardware to read in a chroot, so the pipeline names the fabric mode and the driver version, and
+says the nodes have ConnectX NICs. Fabric Manager must be installed at exactly that version from
+Canonical's archive, held, its unit enabled, fabricmanager.cfg edited in place; the distribution's RDMA
+stack installed for DMA-BUF - and nothing started or loaded. A check-mode run first must leave the image
+as it was.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ PLAYBOOK = """
   hosts: all
   gather_facts: false
   roles:
+    - role: gpuops.nvidia.rdma
     - role: gpuops.nvidia.fabric_manager
 """
 
@@ -63,6 +66,9 @@ def run_role(root: Path, base: Path, *extra: str) -> dict:
          "-e", "gpuops_fabric_manager_mode=fabricmanager",
          "-e", f"gpuops_fabric_manager_driver_version={VERSION}",
          "-e", '{"gpuops_fabric_manager_config": {"FABRIC_MODE": 1}}',
+         # The image's nodes: ConnectX NICs, open modules, the kernel the image will boot.
+         "-e", "gpuops_rdma_nics=present", "-e", "gpuops_driver_kernel_module_type=open",
+         "-e", "gpuops_driver_kernel_release=6.8.0-31-generic",
          *extra, str(base / "site.yml")],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=900, check=False,
     )
@@ -81,6 +87,7 @@ def dpkg(root: Path) -> dict[str, str]:
 
 
 def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(image):
+    """Fabric Manager pinned, held, enabled and configured; the RDMA stack installed; nothing started or loaded."""
     root, base = image
     before = dpkg(root)
     check = run_role(root, base, "--check")
@@ -88,6 +95,8 @@ def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(ima
         "plan"]["install"] is True
     assert dpkg(root) == before, "check mode installed something"
     assert not (root / "usr/sbin/policy-rc.d").exists()
+    rdma = check["tasks"]["Plan the RDMA stack and the GPUDirect path (refuses what cannot work, before any change)"]["plan"]
+    assert (rdma["path"], rdma["stack"], rdma["install"]) == ("dmabuf", "inbox", ["rdma-core", "ibverbs-utils"]), rdma
 
     first = run_role(root, base)
     plan = first["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"]
@@ -102,6 +111,9 @@ def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(ima
     assert sum(line.startswith("#") for line in cfg.splitlines()) > 50 and "LOG_LEVEL=4" in cfg.splitlines()
     assert not (root / "usr/sbin/policy-rc.d").exists(), "the install's policy-rc.d was left behind"
     assert processes_in(root) == [], "a process runs inside the image"
+    assert packages["rdma-core"].startswith("ii ") and packages["ibverbs-utils"].startswith("ii ")
+    assert not (root / "etc/modules-load.d/gpuops-rdma.conf").exists()  # DMA-BUF: no module of its own
+    assert first["tasks"]["Load the GPUDirect modules now"].get("skipped"), "a module load was tried in the image"
     service = first["tasks"]["Enable the service, and start or stop it"]
     assert service["invocation"]["module_args"]["state"] is None, "the role asked systemd to start or stop something"
 

@@ -24,6 +24,7 @@ from typing import Any
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError, distro_key, resolve_method
 
 STACKS = ("auto", "inbox", "doca")
+NICS = ("auto", "present")
 # The distribution's RDMA stack: the verbs library and providers, and ibv_devinfo to look at it.
 INBOX_PACKAGES = {"deb": ["rdma-core", "ibverbs-utils"], "rhel": ["rdma-core", "libibverbs-utils"]}
 # DOCA-OFED from NVIDIA's DOCA repository: the kernel part (built by DKMS) and the user space.
@@ -77,6 +78,7 @@ class RdmaRequest:
     """The role's inputs, with the names of the variables they come from (for the messages)."""
 
     stack: str = "auto"
+    nics: str = "auto"  # auto: the PCI bus says; present: the node has ConnectX NICs (an image built for such nodes)
     peermem: bool = False
     gds: bool = False
     gdrcopy: bool = False
@@ -142,8 +144,10 @@ def plan_rdma(request: RdmaRequest, gpu_info: Mapping[str, Any], *, distribution
     method = resolve_method(distribution, request.driver_repository, request.driver_method)
     _check_storage(request, module_type)
 
+    if request.nics not in NICS:
+        raise PlanError("gpuops_rdma_nics", f"{request.nics!r} is not accepted; one of {', '.join(NICS)}")
     found = [str(n["bus_id"]) for n in nics(gpu_info)]
-    if not found:
+    if not found and request.nics != "present":
         plan = RdmaPlan(nics=[], path="none", reason="no ConnectX NIC on the PCI bus: no RDMA stack, no GPUDirect RDMA",
                         stack="none", family=distro, ofed=ofed)
         if request.stack == "doca":
@@ -157,7 +161,7 @@ def plan_rdma(request: RdmaRequest, gpu_info: Mapping[str, Any], *, distribution
             stack = "inbox"
         with_ofed = stack in ("doca", "host")
         blockers = dmabuf_blockers(gpu_info, module_type, kernel)
-        nic_text = f"{len(found)} ConnectX NIC(s)"
+        nic_text = f"{len(found)} ConnectX NIC(s)" if found else "ConnectX NICs (gpuops_rdma_nics: present; none visible here)"
         if request.peermem:
             _check_peermem(request, with_ofed, method)
             path, reason = "peermem", f"{nic_text}; nvidia-peermem set by gpuops_rdma_peermem"

@@ -68,6 +68,16 @@ def test_a_node_without_nics_gets_nothing(profile, info_of):
     assert (p.path, p.stack, p.packages, p.modules, p.nics) == ("none", "none", [], [], [])
 
 
+def test_an_image_for_nodes_with_nics_gets_the_stack_though_none_is_visible(info_of):
+    p = plan(info_of("no-gpu"), nics="present")
+    assert (p.path, p.stack, p.nics, p.packages) == ("dmabuf", "inbox", [], ["rdma-core", "ibverbs-utils"])
+    assert "none visible here" in p.reason
+
+
+def test_an_unknown_nics_value_is_refused(info_of):
+    refused(info_of("l40s"), "gpuops_rdma_nics", "'yes' is not accepted; one of auto, present", nics="yes")
+
+
 def test_switch_management_bridges_are_not_rdma_nics(info_of):
     info = info_of("hgx-b200")
     bridges = [n["bus_id"] for n in info["pci"]["network"] if n["switch_managed"]]
