@@ -22,22 +22,6 @@ description:
 author:
   - gpuops.nvidia maintainers (@gpuops)
 options:
-  gpu_info:
-    description: The C(gpu_info) structure returned by M(gpuops.nvidia.gpu_info).
-    type: dict
-    required: true
-  distribution:
-    description: The distribution as Ansible names it (C(ansible_facts.distribution)).
-    type: str
-    required: true
-  major_version:
-    description: Its major version (C(ansible_facts.distribution_major_version)).
-    type: str
-    required: true
-  architecture:
-    description: The machine architecture (C(ansible_facts.architecture)).
-    type: str
-    default: x86_64
   method:
     description:
       - C(precompiled) signed modules built by the distribution, C(dkms) modules built on the node,
@@ -110,6 +94,7 @@ options:
     type: path
     default: /
 extends_documentation_fragment:
+  - gpuops.nvidia.node_plan
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
   - gpuops.nvidia.attributes.info_module
@@ -192,16 +177,13 @@ marker:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, make_plan, reboot_reasons
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host, make_plan, reboot_reasons
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "gpu_info": {"type": "dict", "required": True},
-            "distribution": {"type": "str", "required": True},
-            "major_version": {"type": "str", "required": True},
-            "architecture": {"type": "str", "default": "x86_64"},
+            **PLAN_ARGS,
             "method": {"type": "str", "choices": ["auto", "precompiled", "dkms", "containerized"], "default": "auto"},
             "repository": {"type": "str", "choices": ["distro", "cuda"], "default": "distro"},
             "branch": {"type": "str", "default": ""},

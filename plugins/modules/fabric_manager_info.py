@@ -23,22 +23,6 @@ description:
 author:
   - gpuops.nvidia maintainers (@gpuops)
 options:
-  gpu_info:
-    description: The C(gpu_info) structure returned by M(gpuops.nvidia.gpu_info).
-    type: dict
-    required: true
-  distribution:
-    description: The distribution as Ansible names it (C(ansible_facts.distribution)).
-    type: str
-    required: true
-  major_version:
-    description: Its major version (C(ansible_facts.distribution_major_version)).
-    type: str
-    required: true
-  architecture:
-    description: The machine architecture (C(ansible_facts.architecture)).
-    type: str
-    default: x86_64
   repository:
     description: Where the driver comes from, C(distro) (Canonical's archive) or C(cuda) (NVIDIA's CUDA repository).
     type: str
@@ -66,6 +50,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpuops.nvidia.node_plan
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
   - gpuops.nvidia.attributes.info_module
@@ -121,17 +106,14 @@ start_reason:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import MODES, plan_fabric, start_decision
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "gpu_info": {"type": "dict", "required": True},
-            "distribution": {"type": "str", "required": True},
-            "major_version": {"type": "str", "required": True},
-            "architecture": {"type": "str", "default": "x86_64"},
+            **PLAN_ARGS,
             "repository": {"type": "str", "choices": ["distro", "cuda"], "default": "distro"},
             "mode": {"type": "str", "choices": list(MODES), "default": "auto"},
             "driver_version": {"type": "str", "default": ""},

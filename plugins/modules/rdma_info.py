@@ -24,22 +24,6 @@ description:
 author:
   - gpuops.nvidia maintainers (@gpuops)
 options:
-  gpu_info:
-    description: The C(gpu_info) structure returned by M(gpuops.nvidia.gpu_info).
-    type: dict
-    required: true
-  distribution:
-    description: The distribution as Ansible names it (C(ansible_facts.distribution)).
-    type: str
-    required: true
-  major_version:
-    description: Its major version (C(ansible_facts.distribution_major_version)).
-    type: str
-    required: true
-  architecture:
-    description: The machine architecture (C(ansible_facts.architecture)).
-    type: str
-    default: x86_64
   stack:
     description:
       - C(auto) keeps an OFED found on the host and installs the distribution's RDMA stack elsewhere; C(inbox) the
@@ -96,6 +80,7 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
+  - gpuops.nvidia.node_plan
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
   - gpuops.nvidia.attributes.info_module
@@ -143,17 +128,14 @@ plan:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import NICS, STACKS, RdmaRequest, plan_rdma
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "gpu_info": {"type": "dict", "required": True},
-            "distribution": {"type": "str", "required": True},
-            "major_version": {"type": "str", "required": True},
-            "architecture": {"type": "str", "default": "x86_64"},
+            **PLAN_ARGS,
             "stack": {"type": "str", "choices": list(STACKS), "default": "auto"},
             "nics": {"type": "str", "choices": list(NICS), "default": "auto"},
             "peermem": {"type": "bool", "default": False},

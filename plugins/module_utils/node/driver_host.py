@@ -89,6 +89,15 @@ def module_type_of(license_text: str) -> str | None:
     return "open" if "MIT" in text or "GPL" in text else "proprietary"
 
 
+# The arguments every host-side plan module takes (documented by the gpuops.nvidia.node_plan fragment).
+PLAN_ARGS: dict[str, dict[str, Any]] = {
+    "gpu_info": {"type": "dict", "required": True},
+    "distribution": {"type": "str", "required": True},
+    "major_version": {"type": "str", "required": True},
+    "architecture": {"type": "str", "default": "x86_64"},
+}
+
+
 class Host:
     """The commands the plan needs, run through one runner."""
 
