@@ -15,6 +15,7 @@ before every start), --max-restarts N and --window SECONDS (at most N restarts w
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -31,13 +32,25 @@ DEFAULT_MAX_RESTARTS = 5
 DEFAULT_WINDOW = 60.0
 
 
-def remove_cgroup(path: Path) -> None:
-    """Remove a cgroup and the (empty) cgroups below it, deepest first."""
+def remove_cgroup(path: Path, busy_for: float = 10.0) -> None:
+    """Remove a cgroup and the (empty) cgroups below it, deepest first.
+
+    A cgroup whose last process has just exited can still answer EBUSY for a moment while the kernel
+    lets go of it (seen on journald's cgroup right after a machine powered off): such a directory is
+    tried again for up to `busy_for` seconds before the error is raised.
+    """
     if not path.is_dir():
         return
-    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        sub.rmdir()
-    path.rmdir()
+    deadline = time.monotonic() + busy_for
+    for sub in [*sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True), path]:
+        while True:
+            try:
+                sub.rmdir()
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
 
 
 @dataclass

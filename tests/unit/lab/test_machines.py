@@ -137,6 +137,43 @@ def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
     remove_cgroup(tmp_path / "m")  # already gone: nothing to do
 
 
+def test_remove_cgroup_waits_out_a_cgroup_that_is_busy_for_a_moment(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from lab.machines import remove_cgroup
+
+    (tmp_path / "m/system.slice/systemd-journald.service").mkdir(parents=True)
+    real = Path.rmdir
+    busy = {"left": 3}
+
+    def rmdir(self):
+        if self.name == "systemd-journald.service" and busy["left"]:
+            busy["left"] -= 1
+            raise OSError(errno.EBUSY, "Device or resource busy", str(self))
+        real(self)
+
+    monkeypatch.setattr(Path, "rmdir", rmdir)
+    remove_cgroup(tmp_path / "m")
+    assert not (tmp_path / "m").exists() and busy["left"] == 0
+
+
+def test_remove_cgroup_gives_up_on_a_cgroup_that_stays_busy(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    from lab.machines import remove_cgroup
+
+    (tmp_path / "m/init.scope").mkdir(parents=True)
+
+    def rmdir(self):
+        raise OSError(errno.EBUSY, "Device or resource busy", str(self))
+
+    monkeypatch.setattr(Path, "rmdir", rmdir)
+    with pytest.raises(OSError, match="busy"):
+        remove_cgroup(tmp_path / "m", busy_for=0.3)
+
+
 def test_parse_machine_spec_with_a_profile():
     assert parse_machine_spec("gpu1=jammy:hgx-h100") == MachineSpec("gpu1", "jammy", "hgx-h100")
 
