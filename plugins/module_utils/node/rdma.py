@@ -169,7 +169,7 @@ def plan_rdma(request: RdmaRequest, gpu_info: Mapping[str, Any], *, distribution
             path, reason = "dmabuf", (f"{nic_text}; DMA-BUF: {module_type} kernel modules, Turing or newer GPUs, Linux {kernel}"
                                       + ("; the distribution's rdma-core is enough" if stack == "inbox" else ""))
         elif with_ofed and method in PEERMEM_METHODS:
-            path, reason = "peermem", f"{nic_text}; DMA-BUF cannot work ({'; '.join(blockers)}): nvidia-peermem with the host's OFED"
+            path, reason = "peermem", f"{nic_text}; DMA-BUF cannot work ({'; '.join(blockers)}): nvidia-peermem with the OFED"
         else:
             path = "none"
             reason = f"{nic_text}; no GPUDirect RDMA: DMA-BUF cannot work ({'; '.join(blockers)})"
@@ -185,14 +185,17 @@ def plan_rdma(request: RdmaRequest, gpu_info: Mapping[str, Any], *, distribution
             plan.hold.append(DOCA_PACKAGE)
         if path == "peermem" and method != "containerized":
             plan.modules.append("nvidia-peermem")
-    extra = [(variable, packages[family]) for wanted, variable, packages in
-             ((request.gds, "gpuops_rdma_gds", GDS_PACKAGES), (request.gdrcopy, "gpuops_rdma_gdrcopy", GDRCOPY_PACKAGES)) if wanted]
+    # GPUDirect Storage and GDRCopy: the variable, the packages, the module.
+    extra = [(variable, packages[family], module) for wanted, variable, packages, module in
+             ((request.gds, "gpuops_rdma_gds", GDS_PACKAGES, "nvidia-fs"),
+              (request.gdrcopy, "gpuops_rdma_gdrcopy", GDRCOPY_PACKAGES, "gdrdrv")) if wanted]
     everything = installed(family)
-    unknown = [n for _variable, names in extra for n in names if n not in everything]
-    _check_available(extra, dict.fromkeys(everything, True) | (available(family, unknown) if unknown else {}))
-    for variable, names in extra:
+    unknown = [n for _variable, names, _module in extra for n in names if n not in everything]
+    _check_available([(v, names) for v, names, _module in extra],
+                     dict.fromkeys(everything, True) | (available(family, unknown) if unknown else {}))
+    for _variable, names, module in extra:
         plan.packages += names
-        plan.modules.append("nvidia-fs" if variable == "gpuops_rdma_gds" else "gdrdrv")
+        plan.modules.append(module)
 
     plan.installed = {n: everything[n] for n in plan.packages if n in everything}
     plan.install = [n for n in plan.packages if n not in everything]
