@@ -1,13 +1,16 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The Kubernetes client of the collection's cluster modules: one place that connects, with the same
-options as kubernetes.core (kubeconfig, context), so `module_defaults` set once serve both."""
+"""The Kubernetes client of the collection's cluster modules: one place that connects, with the options and
+the environment of kubernetes.core (kubeconfig and context, or host and a bearer token, certificates, proxy,
+impersonation; each also from its K8S_AUTH_* variable), so `module_defaults` set once and an AWX credential
+serve both alike."""
 
 from __future__ import annotations
 
 import json
+import os
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 try:
@@ -23,13 +26,43 @@ except ImportError:
     class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in while the kubernetes client is missing (connect() fails before any call): nothing raises it."""
 
-__all__ = ["AUTH_ARGS", "ApiException", "api_error", "connect", "in_parallel"]
+__all__ = ["AUTH_ARGS", "ApiException", "api_client", "api_error", "auth_settings", "connect", "in_parallel", "self_sufficient"]
 
-AUTH_ARGS = {
-    "kubeconfig": {"type": "path"},
+_PROXY_HEADERS: dict[str, Any] = {
+    "proxy_basic_auth": {"type": "str", "no_log": True},
+    "basic_auth": {"type": "str", "no_log": True},
+    "user_agent": {"type": "str"},
+}
+# kubernetes.core's connection options (its AUTH_ARG_SPEC), so that the same module_defaults serve both.
+AUTH_ARGS: dict[str, dict[str, Any]] = {
+    "kubeconfig": {"type": "raw", "no_log": True},
     "context": {"type": "str"},
+    "host": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "username": {"type": "str"},
+    "password": {"type": "str", "no_log": True},
+    "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
+    "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "client_cert": {"type": "path", "aliases": ["cert_file"]},
+    "client_key": {"type": "path", "aliases": ["key_file"]},
+    "proxy": {"type": "str"},
+    "no_proxy": {"type": "str"},
+    "proxy_headers": {"type": "dict", "options": _PROXY_HEADERS},
+    "persist_config": {"type": "bool"},
+    "impersonate_user": {"type": "str"},
+    "impersonate_groups": {"type": "list", "elements": "str"},
 }
 
+# Option -> the kubernetes client Configuration attribute it sets; each option is also read, when not
+# given, from K8S_AUTH_<OPTION> or K8S_AUTH_<ATTRIBUTE> (K8S_AUTH_VERIFY_SSL, K8S_AUTH_SSL_CA_CERT: AWX's
+# bearer-token credential), as kubernetes.core reads them.
+_CONFIG_ATTR = {
+    "kubeconfig": "kubeconfig", "context": "context", "host": "host", "api_key": "api_key",
+    "username": "username", "password": "password", "validate_certs": "verify_ssl", "ca_cert": "ssl_ca_cert",
+    "client_cert": "cert_file", "client_key": "key_file", "proxy": "proxy", "no_proxy": "no_proxy",
+    "persist_config": "persist_config",
+}
+_FALSE = ("0", "false", "no")
 
 # Calls made in parallel (a thousand nodes' patches) each need a connection of their own.
 WORKERS = 16
@@ -37,18 +70,89 @@ WORKERS = 16
 T = TypeVar("T")
 
 
-def api_client(kubeconfig: str | None, context: str | None) -> Any:
-    """A configured ApiClient: the kubeconfig named (or $KUBECONFIG / ~/.kube/config), else in-cluster."""
+def auth_settings(params: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The connection settings, by option name: each given option, else its K8S_AUTH_* variable."""
+    auth: dict[str, Any] = {}
+    for option, attr in _CONFIG_ATTR.items():
+        value = params.get(option)
+        if value is None:
+            value = environ.get(f"K8S_AUTH_{option.upper()}") or environ.get(f"K8S_AUTH_{attr.upper()}")
+            if value is not None and AUTH_ARGS[option].get("type") == "bool":
+                value = value.lower() not in _FALSE
+        if value is not None:
+            auth[option] = value
+    headers: dict[str, Any] = params.get("proxy_headers") or {
+        key: environ[f"K8S_AUTH_PROXY_HEADERS_{key.upper()}"] for key in _PROXY_HEADERS
+        if f"K8S_AUTH_PROXY_HEADERS_{key.upper()}" in environ}
+    if any(v is not None for v in headers.values()):
+        auth["proxy_headers"] = {k: v for k, v in headers.items() if v is not None}
+    for option in ("impersonate_user", "impersonate_groups"):
+        value = params.get(option)
+        if value is None and environ.get(f"K8S_AUTH_{option.upper()}"):
+            text = environ[f"K8S_AUTH_{option.upper()}"]
+            value = [x for x in text.split(",") if x] if option == "impersonate_groups" else text
+        if value:
+            auth[option] = value
+    if auth.get("host"):
+        auth["host"] = str(auth["host"]).rstrip("/")
+    return auth
+
+
+def self_sufficient(auth: dict[str, Any]) -> bool:
+    """Whether the options alone authenticate (no kubeconfig, no in-cluster account read), as kubernetes.core decides."""
+    return bool(auth.get("host")) and any(all(auth.get(k) for k in keys)
+                                          for keys in (("api_key",), ("username", "password"), ("client_cert", "client_key")))
+
+
+def _load_kubeconfig(auth: dict[str, Any], cfg: Any) -> None:
+    kubeconfig = auth.get("kubeconfig")
+    extra = {"context": auth.get("context"), "persist_config": bool(auth.get("persist_config"))}
+    if isinstance(kubeconfig, dict):
+        k8s_config.load_kube_config_from_dict(config_dict=kubeconfig, client_configuration=cfg, **extra)
+    else:
+        k8s_config.load_kube_config(config_file=os.path.expanduser(kubeconfig) if kubeconfig else None,
+                                    client_configuration=cfg, **extra)
+
+
+def api_client(auth: dict[str, Any]) -> Any:
+    """A configured ApiClient, chosen as kubernetes.core chooses: the options alone when they authenticate
+    (host and a token, a user and password, or a client certificate); else the kubeconfig or context named;
+    else the in-cluster service account, then $KUBECONFIG / ~/.kube/config. The options given override what
+    was loaded (the host, the CA, validate_certs...)."""
     cfg = k8s_client.Configuration()
-    if kubeconfig or context:
-        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+    if self_sufficient(auth):
+        pass
+    elif auth.get("kubeconfig") or auth.get("context"):
+        _load_kubeconfig(auth, cfg)
     else:
         try:
-            k8s_config.load_kube_config(client_configuration=cfg)
-        except k8s_config.ConfigException:
             k8s_config.load_incluster_config(client_configuration=cfg)
+        except k8s_config.ConfigException:
+            _load_kubeconfig(auth, cfg)
+    for option, attr in _CONFIG_ATTR.items():
+        if option in ("kubeconfig", "context", "persist_config") or option not in auth:
+            continue
+        if option == "api_key":
+            # The key a kubeconfig's token is loaded under, so a token given replaces it (and no refresh
+            # hook of the kubeconfig's user puts that user's token back).
+            cfg.api_key = {"BearerToken": f"Bearer {auth[option]}"}
+            cfg.refresh_api_key_hook = None
+        else:
+            setattr(cfg, attr, auth[option])
+    if auth.get("proxy_headers"):
+        import urllib3
+        cfg.proxy_headers = urllib3.util.make_headers(**auth["proxy_headers"])
     cfg.connection_pool_maxsize = WORKERS * 2
-    return k8s_client.ApiClient(cfg)
+    client = k8s_client.ApiClient(cfg)
+    if auth.get("impersonate_user"):
+        client.set_default_header("Impersonate-User", auth["impersonate_user"])
+    if auth.get("impersonate_groups"):
+        # The Python client sends one value per header name, and the API server reads one group per header.
+        if len(auth["impersonate_groups"]) > 1:
+            raise ValueError(f"impersonate_groups: one group at most, got {auth['impersonate_groups']} "
+                             "(the Python client sends a single Impersonate-Group header)")
+        client.set_default_header("Impersonate-Group", auth["impersonate_groups"][0])
+    return client
 
 
 def in_parallel(call: Callable[[T], object], items: Iterable[T]) -> dict[T, Exception]:
@@ -67,12 +171,12 @@ def in_parallel(call: Callable[[T], object], items: Iterable[T]) -> dict[T, Exce
 
 
 def connect(module: Any) -> Any:
-    """The ApiClient for the module's kubeconfig and context; fails the module when it cannot have one."""
+    """The ApiClient for the module's connection options and K8S_AUTH_* variables; fails the module when it cannot have one."""
     if not HAS_KUBERNETES:
         from ansible.module_utils.basic import missing_required_lib
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     try:
-        return api_client(module.params["kubeconfig"], module.params["context"])
+        return api_client(auth_settings(module.params, os.environ))
     except Exception as exc:  # a kubeconfig that cannot be read, no in-cluster account
         module.fail_json(msg=f"cannot reach the cluster: {exc}")
         raise  # not reached: fail_json exits
