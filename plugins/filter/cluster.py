@@ -46,6 +46,12 @@ def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = Non
     return nodes
 
 
+def cluster_run_nodes(nodes: dict, hosts: list) -> dict:
+    """The nodes whose host is one of `hosts` (those of a --limit run)."""
+    wanted = set(hosts)
+    return {name: row for name, row in nodes.items() if row["host"] in wanted}
+
+
 def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
     """The hosts whose `key` is not a mapping (their facts are not known yet)."""
     return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
@@ -136,6 +142,7 @@ class FilterModule:
             "cluster_nodes": cluster_nodes,
             "cluster_node_labels": cluster_node_labels,
             "hosts_without": hosts_without,
+            "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
             "expected_allocatable": expected_allocatable,
