@@ -18,6 +18,10 @@ Sharing, as the device plugin's config manager and plugin apply it: when the pod
 `sharing.mps` (when present) or `sharing.timeSlicing` resources multiply their resource by `replicas`, under
 `<name>.shared` with `renameByDefault`. Label and ConfigMap changes are watched, as the config manager does.
 
+MPS, as the device plugin runs it: with a config whose sharing is `mps`, the plugin waits for the MPS control
+daemon (the `nvidia-device-plugin-mps-control-daemon` DaemonSet's pod on the node) and, while none runs
+there, fails its health check and advertises nothing. So the MPS daemon's pods are watched too.
+
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
 when a plugin unregisters. The roles are tested for what they change; nothing is preset.
 """
@@ -35,7 +39,9 @@ import yaml
 
 from .hardware import load_profile
 
-SELECTOR = "app=nvidia-device-plugin-daemonset"
+PLUGIN_APP = "nvidia-device-plugin-daemonset"
+MPS_APP = "nvidia-device-plugin-mps-control-daemon"
+SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP})"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -48,6 +54,10 @@ class PluginPod:
     namespace: str = ""
     configmap: str | None = None  # the ConfigMap of named configs, when the pod runs with one
     default_config: str = ""
+
+
+def uses_mps(config: dict | None) -> bool:
+    return ((config or {}).get("sharing") or {}).get("mps") is not None
 
 
 def shared(advert: dict[str, int], config: dict | None) -> dict[str, int]:
@@ -117,6 +127,7 @@ class Simulator:
     def __init__(self, api) -> None:
         self.api = api
         self.pods: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running plugin pods
+        self.mps: dict[str, set[str]] = {}  # node -> uids of its running MPS control daemon pods
         self.applied: dict[str, dict[str, int]] = {}
         self.profiles: dict[str, dict | None] = {}
         self.labels: dict[str, str | None] = {}  # node -> its nvidia.com/device-plugin.config
@@ -170,11 +181,11 @@ class Simulator:
 
     def resync(self, pods) -> None:
         """After a (re)list: the listed pods are all there is; nodes whose pods went meanwhile drop theirs."""
-        before = set(self.pods)
-        self.pods = {}
+        before = set(self.pods) | set(self.mps)
+        self.pods, self.mps = {}, {}
         for pod in pods:
             self.observe(pod, sync=False)
-        for node in sorted(before | set(self.pods)):
+        for node in sorted(before | set(self.pods) | set(self.mps)):
             self.sync(node)
 
     def observe(self, pod, deleted: bool = False, sync: bool = True) -> None:
@@ -182,18 +193,29 @@ class Simulator:
         if not node:
             return
         running = not deleted and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
-        on_node = self.pods.setdefault(node, {})
-        if running:
-            on_node[pod.metadata.uid] = plugin_pod(pod)
+        if (getattr(pod.metadata, "labels", None) or {}).get("app") == MPS_APP:
+            daemons = self.mps.setdefault(node, set())
+            if running:
+                daemons.add(pod.metadata.uid)
+            else:
+                daemons.discard(pod.metadata.uid)
         else:
-            on_node.pop(pod.metadata.uid, None)
+            on_node = self.pods.setdefault(node, {})
+            if running:
+                on_node[pod.metadata.uid] = plugin_pod(pod)
+            else:
+                on_node.pop(pod.metadata.uid, None)
         if sync:
             self.sync(node)
 
     def sync(self, node: str) -> None:
         profile = self._profile(node)
         pods = sorted(set(self.pods.get(node, {}).values()), key=repr)
-        want = shared(advertised(profile, pods[0].mig_strategy), self._config(node, pods[0])) if profile and pods else {}
+        want: dict[str, int] = {}
+        if profile and pods:
+            config = self._config(node, pods[0])
+            if not uses_mps(config) or self.mps.get(node):
+                want = shared(advertised(profile, pods[0].mig_strategy), config)
         have = self.applied.get(node)
         if want == have or (have is None and not want):
             return

@@ -132,6 +132,21 @@ def node_label_map(nodes: dict, key: str, label: str, default: str = "", only_mi
     return out
 
 
+def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str = "gpuops_device_plugin_config") -> dict:
+    """Node -> the config label (null: none chosen) and nvidia.com/mps.capable ("true" where the config shares with
+    MPS, which the MPS control daemon's nodeSelector reads; "false" on other GPU nodes, as GFD sets it)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name, row in nodes.items():
+        if not cluster_facts.gpu_count(row["info"]):
+            out[name] = {"nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": None}
+            continue
+        chosen = row.get(key) or None
+        config = (configs or {}).get(chosen or default) if (chosen or default) else None
+        out[name] = {"nvidia.com/device-plugin.config": chosen,
+                     "nvidia.com/mps.capable": "true" if cluster.uses_mps(config) else "false"}
+    return out
+
+
 def dcgm_metrics_errors(text: Any, extra: list) -> list:
     return cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", text, extra or [])
 
@@ -145,6 +160,7 @@ class FilterModule:
             "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
+            "device_plugin_labels": device_plugin_labels,
             "expected_allocatable": expected_allocatable,
             "mig_models": mig_models,
             "mig_parted_config": mig_parted_config,

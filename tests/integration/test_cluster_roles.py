@@ -216,6 +216,55 @@ def test_a_wrong_gfd_label_fails_validation_naming_it(lab_cluster):
     assert get(kubeconfig, "jobs", "-n", NS)["items"] == []
 
 
+MPS2 = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+
+
+def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
+    # MPS is refused with MIG strategy mixed (the device plugin's rule), so this cluster runs `none`. The
+    # simulated device plugin advertises nothing for an MPS config while no MPS control daemon pod runs on
+    # the node, as the real one fails its health check.
+    nodes = (("m-mps", "l40s"), ("m-plain", "l40s"))
+    lab(tmp_path, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in nodes])
+    try:
+        kubeconfig = tmp_path / "cluster/kubeconfig"
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps(cluster_inventory(
+            list(nodes), {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"mps-2": MPS2},
+                          "gpuops_device_plugin_mig_strategy": "none", "gpuops_validation_timeout": 120,
+                          "gpuops_validation_smoke_test": False},
+            {"m-mps": {"gpuops_device_plugin_config": "mps-2"}})))
+        res = playbook(inventory)
+        assert res.returncode == 0, res.stdout[-4000:]
+        labels = nvidia_labels(kubeconfig)
+        assert labels["m-mps"]["nvidia.com/mps.capable"] == "true" and labels["m-mps"]["nvidia.com/device-plugin.config"] == "mps-2"
+        assert labels["m-plain"]["nvidia.com/mps.capable"] == "false" and "nvidia.com/device-plugin.config" not in labels["m-plain"]
+        ds = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-mps-control-daemon")["spec"]["template"]["spec"]
+        assert ds["nodeSelector"] == {"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/mps.capable": "true"}
+        assert ds["hostPID"] is True
+        assert [c["name"] for c in ds["initContainers"]] == ["mps-control-daemon-mounts", "config-manager-init"]
+        assert [c["name"] for c in ds["containers"]] == ["mps-control-daemon-ctr", "config-manager"]
+        sidecar = {e["name"]: e.get("value") for e in ds["containers"][1]["env"]}
+        assert sidecar["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+        pods = get(kubeconfig, "pods", "-n", NS, "-l", "app=nvidia-device-plugin-mps-control-daemon")["items"]
+        assert [p["spec"]["nodeName"] for p in pods if p["status"].get("phase") == "Running"] == ["m-mps"]
+
+        def gpus(node):
+            return get(kubeconfig, "node", node)["status"].get("allocatable", {}).get("nvidia.com/gpu")
+        assert gpus("m-mps") == "8" and gpus("m-plain") == "4"
+
+        # Without the daemon, the node advertises no GPU; the next run puts the DaemonSet back and validates.
+        kubectl(kubeconfig, "delete", "daemonset", "-n", NS, "nvidia-device-plugin-mps-control-daemon", "--wait=true")
+        deadline = time.monotonic() + 60
+        while gpus("m-mps") != "0" and time.monotonic() < deadline:
+            time.sleep(1)
+        assert gpus("m-mps") == "0" and gpus("m-plain") == "4"
+        again = playbook(inventory)
+        assert again.returncode == 0, again.stdout[-4000:]
+        assert gpus("m-mps") == "8"
+    finally:
+        lab(tmp_path, "cluster", "down")
+
+
 def test_a_thousand_nodes_in_under_five_minutes(tmp_path):
     nodes = [(spec.name, spec.profile) for spec in scale_nodes(1000)]
     lab(tmp_path, "cluster", "up", "--no-machines", "--nodes", "1000", "--timeout", "240")

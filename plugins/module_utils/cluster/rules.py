@@ -92,6 +92,11 @@ def _sharing_block(config: dict) -> tuple[str, dict | None]:
     return "none", None
 
 
+def uses_mps(config: object) -> bool:
+    """Whether a sharing config shares with MPS (the device plugin then needs the MPS control daemon)."""
+    return isinstance(config, dict) and _sharing_block(config)[0] == "mps"
+
+
 def resource_name(name: str) -> str:
     return name if name.startswith("nvidia.com/") else "nvidia.com/" + name
 

@@ -62,3 +62,29 @@ def test_gpudirect_comes_from_the_loaded_modules_or_the_rdma_roles_fact(hostvars
     assert nodes["l40s"]["gpudirect"] == {"gds": True, "gdrcopy": True}
     assert nodes["h100-b"]["gpudirect"] == {"gds": False, "gdrcopy": True}
     assert nodes["h100-a"]["gpudirect"] == nodes["a100"]["gpudirect"] == {"gds": False, "gdrcopy": False}
+
+
+MPS2 = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+
+
+def test_a_limited_run_keeps_only_the_nodes_of_its_hosts(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_run_nodes
+    nodes = cluster_nodes(list(hostvars), hostvars, KEYS)
+    # Node names and host names differ where gpuops_cluster_node_name is set: the run is of hosts.
+    assert sorted(cluster_run_nodes(nodes, ["a100", "cpu"])) == ["a100-node", "cpu"]
+    assert cluster_run_nodes(nodes, []) == {}
+
+
+def test_device_plugin_labels_name_the_config_and_whether_it_uses_mps(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import device_plugin_labels
+    hv = copy.deepcopy(hostvars)
+    hv["h100-a"]["gpuops_device_plugin_config"] = "mps-2"
+    nodes = cluster_nodes(list(hv), hv, KEYS)
+    labels = device_plugin_labels(nodes, {"ts-4": TS4, "mps-2": MPS2})
+    assert labels["h100-a"] == {"nvidia.com/device-plugin.config": "mps-2", "nvidia.com/mps.capable": "true"}
+    assert labels["h100-b"] == {"nvidia.com/device-plugin.config": "ts-4", "nvidia.com/mps.capable": "false"}
+    assert labels["l40s"] == {"nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": "false"}
+    assert labels["cpu"] == {"nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": None}
+    # A node that chooses nothing gets the default config, and MPS with it; its config label stays unset.
+    assert device_plugin_labels(nodes, {"mps-2": MPS2}, "mps-2")["l40s"] == {
+        "nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": "true"}

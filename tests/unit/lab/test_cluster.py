@@ -146,6 +146,12 @@ def _obj(**kw):
     return type("Obj", (), kw)()
 
 
+def _mps_daemon(uid, node, phase="Running", deleting=False):
+    return _obj(metadata=_obj(uid=uid, namespace="gpu", labels={"app": "nvidia-device-plugin-mps-control-daemon"},
+                              deletion_timestamp="now" if deleting else None),
+                spec=_obj(node_name=node, containers=[], volumes=[], init_containers=[]), status=_obj(phase=phase))
+
+
 def _pod(uid, node, phase="Running", strategy=None, deleting=False, configmap=None, default=""):
     env = [_obj(name="MIG_STRATEGY", value=strategy)] if strategy else []
     volumes = []
@@ -175,6 +181,7 @@ def test_the_node_label_picks_the_config_and_a_label_change_resyncs():
     api = FakeCoreV1({"n1": "l40s"}, labels={"n1": {"nvidia.com/device-plugin.config": "ts-4"}},
                      configmaps={("gpu", "cfgs"): {"ts-4": TS4, "mps-2": MPS2}})
     sim = Simulator(api)
+    sim.observe(_mps_daemon("m1", "n1"))
     sim.observe(_pod("p1", "n1", configmap="cfgs"))
     assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "16"})
     sim.node_changed(_obj(metadata=_obj(name="n1", labels={"nvidia.com/device-plugin.config": "mps-2"})))
@@ -214,3 +221,21 @@ def test_a_relist_drops_the_resources_of_pods_that_went_unseen():
     assert sorted(api.patches) == [("n1", {"nvidia.com/gpu": "8"}), ("n2", {"nvidia.com/gpu": "4"})]
     sim.resync([_pod("b", "n2")])
     assert api.patches[-1] == ("n1", {"nvidia.com/gpu": "0"})
+
+
+def test_an_mps_config_advertises_nothing_until_the_mps_daemon_runs_on_the_node():
+    api = FakeCoreV1({"n1": "l40s", "n2": "l40s"}, labels={"n1": {"nvidia.com/device-plugin.config": "mps-2"},
+                                                         "n2": {"nvidia.com/device-plugin.config": "mps-2"}},
+                     configmaps={("gpu", "cfgs"): {"mps-2": MPS2}})
+    sim = Simulator(api)
+    sim.observe(_mps_daemon("m2", "n2"))  # on the other node: does not count for n1
+    sim.observe(_pod("p1", "n1", configmap="cfgs"))
+    assert api.patches == []  # the plugin fails its health check: no GPU at all
+    sim.observe(_mps_daemon("m1", "n1", phase="Pending"))
+    assert api.patches == []
+    sim.observe(_mps_daemon("m1", "n1"))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "8"})
+    sim.observe(_mps_daemon("m1", "n1", deleting=True))
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "0"})
+    sim.resync([_pod("p1", "n1", configmap="cfgs"), _mps_daemon("m1", "n1")])
+    assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "8"})
