@@ -90,7 +90,8 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	$(LAB) repo up
 	$(BIN)/ansible-playbook molecule/shared/kernel.yml -i inventories/lab
 	$(BIN)/ansible-playbook molecule/shared/runtime.yml -i inventories/lab
-	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig)
+	$(BIN)/ansible-playbook playbooks/site.yml -i inventories/lab -e gpuops_cluster_kubeconfig=$$($(LAB) cluster kubeconfig) \
+	  -e gpuops_node_feature_discovery_crds_url=file://$$(dirname $$($(LAB) cluster kubeconfig))/nfd-api-crds.yaml
 	@echo "The lab is still running: 'python -m lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
 unit: venv collection ## unit tests

@@ -9,6 +9,11 @@ carries what NFD would put there (PCI vendor, OS and kernel labels) and CPU, mem
 its GPU capacity is not preset: the simulated device plugin (devplugin_sim.py) sets it once a device
 plugin pod runs on the node.
 
+Node Feature Discovery is real: the release's CRDs (NodeFeature, NodeFeatureRule, NodeFeatureGroup) are
+installed, and nfd-master, built from its Go module, runs as a lab process against the API server. It
+stands in for an nfd-master pod (the node_feature_discovery role's, or an NFD already in a cluster): a
+NodeFeature object written as GFD writes one becomes labels on its Node, as on a real cluster.
+
 Every process the lab starts is recorded by PID in cluster.json; `down` asks kwokctl to stop the
 components, then checks each recorded PID is gone and stops any that is not, by PID.
 """
@@ -226,6 +231,11 @@ class Cluster:
         state.nodes = [asdict(n) for n in nodes]
         state.pids["devplugin-sim"] = self._start_devplugin_sim()
         self.save(state)
+        self.install_nfd_crds(tools.nfd_crds)
+        if nodes:
+            # nfd-master records its version on the node it runs on: the first one stands for it.
+            state.pids["nfd-master"] = self._start_nfd_master(tools.nfd_master, nodes[0].name)
+            self.save(state)
         self.wait_ready({n.name for n in nodes}, wait)
         progress(f"lab cluster up: {len(nodes)} node(s) Ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig}")
         return state
@@ -254,6 +264,33 @@ class Cluster:
         self.kubectl("create", "-f", "-", "-o", "name", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
                      timeout=300)
 
+    @property
+    def nfd_crds(self) -> Path:
+        """The NFD CRD manifest the cluster was given, for the role's gpuops_node_feature_discovery_crds_url."""
+        return self.dir / "nfd-api-crds.yaml"
+
+    def install_nfd_crds(self, manifest: Path) -> None:
+        shutil.copyfile(manifest, self.nfd_crds)
+        self.kubectl("apply", "--server-side", "--field-manager", "gpuops-lab", "-f", str(self.nfd_crds))
+        self.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
+                     "crd/nodefeatures.nfd.k8s-sigs.io", "crd/nodefeaturerules.nfd.k8s-sigs.io", "crd/nodefeaturegroups.nfd.k8s-sigs.io")
+
+    def _start_nfd_master(self, binary: Path, node: str) -> int:
+        import socket
+        # Its healthz/metrics port, free on this machine (several lab clusters may run side by side).
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        conf = self.dir / "nfd-master.conf"
+        conf.write_text("extraLabelNs: [nvidia.com]\n")
+        with (self.dir / "nfd-master.log").open("a") as log:
+            proc = subprocess.Popen(
+                [str(binary), "-kubeconfig", str(self.kubeconfig), "-config", str(conf), "-port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "NODE_NAME": node, "POD_NAME": "nfd-master-lab", "POD_NAMESPACE": "gpu-operator"},
+            )
+        return proc.pid
+
     def _start_devplugin_sim(self) -> int:
         with (self.dir / "devplugin-sim.log").open("a") as log:
             proc = subprocess.Popen(
@@ -268,9 +305,10 @@ class Cluster:
         if state is None:
             return []
         stopped = []
-        sim = state.pids.get("devplugin-sim")
-        if sim and process_alive(sim):
-            os.kill(sim, signal.SIGTERM)
+        for helper in ("devplugin-sim", "nfd-master"):
+            pid = state.pids.get(helper)
+            if pid and process_alive(pid):
+                os.kill(pid, signal.SIGTERM)
         # The kwokctl that created the cluster deletes it; down never builds anything.
         if Path(state.kwokctl).is_file() and Path(state.workdir, "clusters", state.name).exists():
             res = self._kwokctl(Path(state.kwokctl), "delete", "cluster", "--name", state.name, "--kubeconfig", state.kubeconfig, timeout=120)

@@ -32,8 +32,13 @@ from .retry import Backoff, note_retry, retry
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# Node Feature Discovery: nfd-master (publishes NodeFeature labels on Nodes) and its CRDs, as the
+# node_feature_discovery role deploys them (its default version).
+NFD_VERSION = "v0.19.0"
+NFD_MODULE = "sigs.k8s.io/node-feature-discovery"
+NFD_CRDS = "deployment/base/nfd-crds/nfd-api-crds.yaml"
 # Bump a recipe when the way a component is built changes, so cached binaries are rebuilt.
-RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1}
+RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1, "nfd": 1}
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 WRAPPER_MODULE = "gpuops.invalid/lab"
 # Retries of a go command whose download failed on the network (the module cache keeps what did arrive).
@@ -60,6 +65,8 @@ class Toolchain:
     etcd: Path
     kwok: Path
     kwokctl: Path
+    nfd_master: Path
+    nfd_crds: Path  # the release's CRD manifest, from the module
 
 
 def cluster_cache() -> Path:
@@ -285,16 +292,52 @@ def build_kwok(log: Path) -> Path:
     return _finish(tmp, final)
 
 
+def nfd_wrapper_gomod(upstream: dict, version: str) -> str:
+    """The wrapper's go.mod for nfd-master: the release and upstream's replace directives, its one local
+    replace (./api/nfd, a module of the same repository) mapped to that module at the release's tag."""
+    lines = [f"module {WRAPPER_MODULE}/nfd", "", f"go {upstream['Go']}", "", f"require {NFD_MODULE} {version}", "", "replace ("]
+    for rep in upstream.get("Replace") or []:
+        old, new = rep["Old"], rep["New"]
+        if new["Path"].startswith("./"):
+            sub = new["Path"][2:].rstrip("/")
+            if old["Path"] != f"{NFD_MODULE}/{sub}":
+                raise LabError(f"the NFD go.mod replaces {old['Path']} with {new['Path']}: the wrapper recipe no longer fits this release")
+            new = {"Path": old["Path"], "Version": version}
+        left = old["Path"] + (f" {old['Version']}" if old.get("Version") else "")
+        lines.append(f"\t{left} => {new['Path']} {new['Version']}")
+    lines += [")", ""]
+    return "\n".join(lines)
+
+
+def build_nfd(log: Path) -> Path:
+    final = _bin_dir("nfd", NFD_VERSION)
+    if (final / "nfd-master").exists() and (final / "nfd-api-crds.yaml").exists():
+        return final
+    src = _empty_dir(cluster_cache() / "src" / f"nfd-{NFD_VERSION}")
+    info = json.loads(_go(["mod", "download", "-json", f"{NFD_MODULE}@{NFD_VERSION}"], src, log, f"fetching NFD {NFD_VERSION}"))
+    upstream = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading the NFD go.mod"))
+    (src / "go.mod").write_text(nfd_wrapper_gomod(upstream, NFD_VERSION))
+    shutil.copyfile(Path(info["Dir"]) / "go.sum", src / "go.sum")
+    (src / "go.sum").chmod(0o644)
+    (src / "tools.go").write_text(_tools_go([f"{NFD_MODULE}/cmd/nfd-master"]))
+    _go(["mod", "tidy"], src, log, f"resolving NFD {NFD_VERSION}")
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    _go(["build", "-trimpath", "-ldflags", f"-s -w -X {NFD_MODULE}/pkg/version.version={NFD_VERSION}",
+         "-o", str(tmp / "nfd-master"), f"{NFD_MODULE}/cmd/nfd-master"], src, log, f"building nfd-master {NFD_VERSION}")
+    shutil.copyfile(Path(info["Dir"]) / NFD_CRDS, tmp / "nfd-api-crds.yaml")
+    return _finish(tmp, final)
+
+
 def ensure_toolchain(progress=print) -> Toolchain:
     """Build (or find) every binary the lab cluster runs."""
     log = cluster_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     dirs = {}
-    for name, build in (("kubernetes", build_kubernetes), ("etcd", build_etcd), ("kwok", build_kwok)):
+    for name, build in (("kubernetes", build_kubernetes), ("etcd", build_etcd), ("kwok", build_kwok), ("nfd", build_nfd)):
         t0 = time.monotonic()
         dirs[name] = build(log)
         took = time.monotonic() - t0
         if took > 1:
             progress(f"lab cluster: built {name} in {took:.0f}s ({dirs[name]})")
-    k8s, etcd, kwok = dirs["kubernetes"], dirs["etcd"], dirs["kwok"]
+    k8s, etcd, kwok, nfd = dirs["kubernetes"], dirs["etcd"], dirs["kwok"], dirs["nfd"]
     return Toolchain(k8s / "kube-apiserver", k8s / "kube-controller-manager", k8s / "kube-scheduler",
-                     etcd / "etcd", kwok / "kwok", kwok / "kwokctl")
+                     etcd / "etcd", kwok / "kwok", kwok / "kwokctl", nfd / "nfd-master", nfd / "nfd-api-crds.yaml")

@@ -60,6 +60,11 @@ def nvidia_labels(kubeconfig: Path) -> dict[str, dict[str, str]]:
             for n in get(kubeconfig, "nodes")["items"]}
 
 
+def nfd_crds(state: Path) -> dict:
+    """The lab's copy of NFD's CRD manifest (from the Go module), as the role reads it on an air-gapped site."""
+    return {"gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}"}
+
+
 @pytest.fixture(scope="module")
 def lab_cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("roles")
@@ -69,7 +74,7 @@ def lab_cluster(tmp_path_factory):
     inventory.write_text(json.dumps(cluster_inventory(
         list(NODES),
         {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"ts-4": TS4},
-         "gpuops_validation_timeout": 120},
+         "gpuops_validation_timeout": 120, **nfd_crds(state)},
         # What the rdma role tells the cluster side: GDS set up on the H100 host, GDRCopy on the L40S one.
         {"r-l40s": {"gpuops_device_plugin_config": "ts-4", "gpuops_rdma": {"path": "none", "gds": False, "gdrcopy": True}},
          "r-a100": {"gpuops_mig_manager_config": "all-balanced"},
@@ -160,6 +165,14 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
                    and p["status"].get("phase") == "Running"}
         assert running == nodes, name
 
+    # No nfd-master Deployment in the cluster (the lab's nfd-master is a process): the role deploys NFD.
+    master = get(kubeconfig, "deployment", "-n", NS, "nfd-master")
+    assert master["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuops.nvidia"
+    assert yaml.safe_load(get(kubeconfig, "configmap", "-n", NS, "nfd-master-conf")["data"]["nfd-master.conf"]) == {
+        "extraLabelNs": ["nvidia.com"]}
+    assert get(kubeconfig, "daemonset", "-n", NS, "nfd-worker")["spec"]["template"]["spec"]["containers"][0]["command"] == ["nfd-worker"]
+    assert "Deploying Node Feature Discovery v0.19.0 in gpu-operator" in " ".join(res.stdout.split())
+
     # GDS (with MOFED, as the operator pairs them) and GDRCopy, from the rdma role's facts.
     plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in plugin["containers"][0]["env"]}
@@ -216,6 +229,66 @@ def test_a_wrong_gfd_label_fails_validation_naming_it(lab_cluster):
     assert get(kubeconfig, "jobs", "-n", NS)["items"] == []
 
 
+def test_nodefeature_objects_written_as_gfd_writes_them_become_node_labels(lab_cluster):
+    # GFD writes nvidia-features-for-<node> in its namespace, labelled with the node's name; the lab's real
+    # nfd-master publishes its labels on the Node. The labels are the ones validation expects of r-h100, so
+    # the next run finds GFD's labels there and checks them.
+    kubeconfig, inventory = lab_cluster
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes
+    hostvars = json.loads(inventory.read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    expected = cluster_nodes(["r-h100"], hostvars, {"gpuops_device_plugin_config": ""},
+                             {"mig_strategy": "mixed", "configs": {"ts-4": TS4}, "default_config": ""})["r-h100"]["gfd_labels"]
+    assert expected and expected["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    feature = {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+               "metadata": {"name": "nvidia-features-for-r-h100", "namespace": NS,
+                            "labels": {"nfd.node.kubernetes.io/node-name": "r-h100"}},
+               "spec": {"labels": expected}}
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(feature))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            labels = get(kubeconfig, "node", "r-h100")["metadata"]["labels"]
+            if all(labels.get(k) == v for k, v in expected.items()):
+                break
+            time.sleep(1)
+        labels = get(kubeconfig, "node", "r-h100")["metadata"]
+        assert {k: labels["labels"].get(k) for k in expected} == expected
+        # nfd-master keeps the list of the labels it manages on the Node.
+        assert "nvidia.com/gpu.product" in labels["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(",")
+        res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
+        out = " ".join(res.stdout.split())
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert "r-h100: nvidia.com/gpu=8, smoke test not run, GFD labels right" in out, out[-3000:]
+    finally:
+        kubectl(kubeconfig, "delete", "nodefeature", "-n", NS, "nvidia-features-for-r-h100")
+    deadline = time.monotonic() + 60
+    while "nvidia.com/gpu.product" in get(kubeconfig, "node", "r-h100")["metadata"]["labels"] and time.monotonic() < deadline:
+        time.sleep(1)
+    assert "nvidia.com/gpu.product" not in get(kubeconfig, "node", "r-h100")["metadata"]["labels"]
+
+
+def test_an_nfd_that_would_drop_gfds_labels_is_refused_before_anything_is_applied(lab_cluster):
+    kubeconfig, inventory = lab_cluster
+    other = {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "nfd-master", "namespace": "kube-system"},
+             "spec": {"selector": {"matchLabels": {"app": "other-nfd"}}, "template": {
+                 "metadata": {"labels": {"app": "other-nfd"}},
+                 "spec": {"containers": [{"name": "master", "image": "registry.example/nfd/node-feature-discovery:v0.17.3",
+                                          "command": ["nfd-master"], "args": ["-deny-label-ns=*.com"]}]}}}}
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(other))
+    try:
+        before = get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["metadata"]["resourceVersion"]
+        res = playbook(inventory, extra={"gpuops_gpu_feature_discovery_sleep_interval": "30s"})
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0
+        assert ("nfd-master kube-system/nfd-master denies the nvidia.com label namespace (denyLabelNs ['*.com']) and "
+                "extraLabelNs does not allow it back; add nvidia.com to its extraLabelNs") in out, out[-3000:]
+        assert "Apply them" not in out
+        assert get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["metadata"]["resourceVersion"] == before
+    finally:
+        kubectl(kubeconfig, "delete", "deployment", "-n", "kube-system", "nfd-master")
+
+
 MPS2 = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
 
 
@@ -231,7 +304,7 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
         inventory.write_text(json.dumps(cluster_inventory(
             list(nodes), {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"mps-2": MPS2},
                           "gpuops_device_plugin_mig_strategy": "none", "gpuops_validation_timeout": 120,
-                          "gpuops_validation_smoke_test": False},
+                          "gpuops_validation_smoke_test": False, **nfd_crds(tmp_path)},
             {"m-mps": {"gpuops_device_plugin_config": "mps-2"}})))
         res = playbook(inventory)
         assert res.returncode == 0, res.stdout[-4000:]
@@ -272,7 +345,7 @@ def test_a_thousand_nodes_in_under_five_minutes(tmp_path):
         kubeconfig = tmp_path / "cluster/kubeconfig"
         inventory = tmp_path / "inventory.json"
         inventory.write_text(json.dumps(cluster_inventory(
-            nodes, {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_validation_timeout": 240})))
+            nodes, {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_validation_timeout": 240, **nfd_crds(tmp_path)})))
         t0 = time.monotonic()
         res = playbook(inventory, timeout=600)
         took = time.monotonic() - t0

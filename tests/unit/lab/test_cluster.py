@@ -239,3 +239,18 @@ def test_an_mps_config_advertises_nothing_until_the_mps_daemon_runs_on_the_node(
     assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "0"})
     sim.resync([_pod("p1", "n1", configmap="cfgs"), _mps_daemon("m1", "n1")])
     assert api.patches[-1] == ("n1", {"nvidia.com/gpu.shared": "8"})
+
+
+def test_the_nfd_wrapper_keeps_upstreams_replaces_and_maps_its_local_api_module_to_the_release():
+    from lab.toolchain import nfd_wrapper_gomod
+    upstream = {"Go": "1.26", "Replace": [
+        {"Old": {"Path": "k8s.io/api"}, "New": {"Path": "k8s.io/api", "Version": "v0.35.3"}},
+        {"Old": {"Path": "sigs.k8s.io/node-feature-discovery/api/nfd"}, "New": {"Path": "./api/nfd"}},
+    ]}
+    text = nfd_wrapper_gomod(upstream, "v0.19.0")
+    assert "require sigs.k8s.io/node-feature-discovery v0.19.0" in text
+    assert "\tk8s.io/api => k8s.io/api v0.35.3" in text
+    assert "\tsigs.k8s.io/node-feature-discovery/api/nfd => sigs.k8s.io/node-feature-discovery/api/nfd v0.19.0" in text
+    bad = {"Go": "1.26", "Replace": [{"Old": {"Path": "example.com/x"}, "New": {"Path": "./third_party/x"}}]}
+    with pytest.raises(LabError, match="no longer fits"):
+        nfd_wrapper_gomod(bad, "v0.19.0")
