@@ -22,6 +22,11 @@ MPS, as the device plugin runs it: with a config whose sharing is `mps`, the plu
 daemon (the `nvidia-device-plugin-mps-control-daemon` DaemonSet's pod on the node) and, while none runs
 there, fails its health check and advertises nothing. So the MPS daemon's pods are watched too.
 
+GPU Feature Discovery (gfd_sim.py): when a GFD pod (`app=gpu-feature-discovery`) runs on a node, the labels
+GFD would set there, for the node's profile, the pod's MIG_STRATEGY and the config its config manager picks
+(as above), are written as GFD writes them, in a NodeFeature object, which the lab's real nfd-master turns
+into Node labels. They follow label and ConfigMap changes as the device plugin's resources do.
+
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
 when a plugin unregisters. The roles are tested for what they change; nothing is preset.
 """
@@ -37,11 +42,13 @@ from dataclasses import dataclass
 
 import yaml
 
+from . import gfd_sim
 from .hardware import load_profile
 
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
 MPS_APP = "nvidia-device-plugin-mps-control-daemon"
-SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP})"
+GFD_APP = "gpu-feature-discovery"
+SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP})"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -124,8 +131,11 @@ def plugin_pod(pod) -> PluginPod:
 
 
 class Simulator:
-    def __init__(self, api) -> None:
+    def __init__(self, api, custom=None) -> None:
         self.api = api
+        self.custom = custom  # CustomObjectsApi, for GFD's NodeFeature objects
+        self.gfd: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running GFD pods
+        self.features: dict[str, dict[str, str] | None] = {}  # node -> the labels last written for it
         self.pods: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running plugin pods
         self.mps: dict[str, set[str]] = {}  # node -> uids of its running MPS control daemon pods
         self.applied: dict[str, dict[str, int]] = {}
@@ -165,7 +175,7 @@ class Simulator:
             if name in self.labels and self.labels[name] == value:
                 return
             self.labels[name] = value
-            if self.pods.get(name):
+            if self.pods.get(name) or self.gfd.get(name):
                 self.sync(name)
 
     def configmap_changed(self, cm, deleted: bool = False) -> None:
@@ -175,17 +185,18 @@ class Simulator:
                 self.configmaps.pop(key, None)
             else:
                 self.configmaps[key] = dict(cm.data or {})
-            for node, pods in list(self.pods.items()):
-                if any((p.namespace, p.configmap) == key for p in pods.values()):
+            for node in sorted(set(self.pods) | set(self.gfd)):
+                pods = list(self.pods.get(node, {}).values()) + list(self.gfd.get(node, {}).values())
+                if any((p.namespace, p.configmap) == key for p in pods):
                     self.sync(node)
 
     def resync(self, pods) -> None:
         """After a (re)list: the listed pods are all there is; nodes whose pods went meanwhile drop theirs."""
-        before = set(self.pods) | set(self.mps)
-        self.pods, self.mps = {}, {}
+        before = set(self.pods) | set(self.mps) | set(self.gfd)
+        self.pods, self.mps, self.gfd = {}, {}, {}
         for pod in pods:
             self.observe(pod, sync=False)
-        for node in sorted(before | set(self.pods) | set(self.mps)):
+        for node in sorted(before | set(self.pods) | set(self.mps) | set(self.gfd)):
             self.sync(node)
 
     def observe(self, pod, deleted: bool = False, sync: bool = True) -> None:
@@ -193,7 +204,14 @@ class Simulator:
         if not node:
             return
         running = not deleted and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
-        if (getattr(pod.metadata, "labels", None) or {}).get("app") == MPS_APP:
+        app = (getattr(pod.metadata, "labels", None) or {}).get("app")
+        if app == GFD_APP:
+            gfd = self.gfd.setdefault(node, {})
+            if running:
+                gfd[pod.metadata.uid] = plugin_pod(pod)
+            else:
+                gfd.pop(pod.metadata.uid, None)
+        elif app == MPS_APP:
             daemons = self.mps.setdefault(node, set())
             if running:
                 daemons.add(pod.metadata.uid)
@@ -209,6 +227,34 @@ class Simulator:
             self.sync(node)
 
     def sync(self, node: str) -> None:
+        self.sync_plugin(node)
+        self.sync_gfd(node)
+
+    def sync_gfd(self, node: str) -> None:
+        """Write the NodeFeature GFD would write, while a GFD pod runs on the node (it is left when the pod goes,
+        as GFD leaves it until its DaemonSet is deleted)."""
+        pods = sorted(set(self.gfd.get(node, {}).values()), key=repr)
+        if self.custom is None or not pods:
+            return
+        pod = pods[0]
+        labels = gfd_sim.gfd_labels(self._profile(node), pod.mig_strategy, self._config(node, pod))
+        if labels is None or self.features.get(node) == labels:
+            return
+        body = gfd_sim.node_feature(node, pod.namespace, labels)
+        args = ("nfd.k8s-sigs.io", "v1alpha1", pod.namespace, "nodefeatures")
+        try:
+            current = self.custom.get_namespaced_custom_object(*args, body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self.custom.replace_namespaced_custom_object(*args, body["metadata"]["name"], body)
+        except Exception as exc:  # not there yet (404): create it
+            if getattr(exc, "status", None) != 404:
+                raise
+            self.custom.create_namespaced_custom_object(*args, body)
+        self.features[node] = labels
+        print(f"{time.strftime('%H:%M:%S')} {node}: GFD labels {labels.get('nvidia.com/gpu.product')} "
+              f"x{labels.get('nvidia.com/gpu.replicas')}", flush=True)
+
+    def sync_plugin(self, node: str) -> None:
         profile = self._profile(node)
         pods = sorted(set(self.pods.get(node, {}).values()), key=repr)
         want: dict[str, int] = {}
@@ -233,7 +279,7 @@ def run(kubeconfig: str) -> None:
 
     config.load_kube_config(config_file=kubeconfig)
     api = client.CoreV1Api()
-    sim = Simulator(api)
+    sim = Simulator(api, client.CustomObjectsApi())
     for target in (_watch_nodes, _watch_configmaps):
         threading.Thread(target=target, args=(api, sim), daemon=True).start()
     while True:

@@ -40,7 +40,9 @@ GFD_MARKER = "nvidia.com/gpu.product"
 # with what the host's facts give. Driver and CUDA versions are left out: a driver upgrade changes them
 # before the facts are read again.
 GFD_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory", "nvidia.com/gpu.family",
-            "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor", "nvidia.com/mig.capable")
+            "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor", "nvidia.com/mig.capable",
+            # The node's sharing config, as GFD reads it through the config manager.
+            "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
 _MIG_COUNT = re.compile(r"^nvidia\.com/mig-[^/]+\.count$")
 JOB_DONE = ("succeeded", "skipped", "not run")
 # How the calls of many Nodes are made: call(item) for each item; returns {item: exception} for those that raised.

@@ -334,7 +334,7 @@ def test_job_reason_without_a_pod_is_the_jobs_condition():
 
 H100_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559",
                "nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
-               "nvidia.com/mig.capable": "true"}
+               "nvidia.com/mig.capable": "true", "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none"}
 
 
 def test_expected_labels_of_an_hgx_h100(info_of):
@@ -342,7 +342,9 @@ def test_expected_labels_of_an_hgx_h100(info_of):
 
 
 def test_expected_labels_follow_the_sharing_config(info_of):
-    assert expected_gfd_labels(info_of("hgx-h100"), TS4, "mixed")["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    shared = expected_gfd_labels(info_of("hgx-h100"), TS4, "mixed")
+    assert shared["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert shared["nvidia.com/gpu.replicas"] == "4" and shared["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     renamed = {"sharing": {"timeSlicing": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
     assert expected_gfd_labels(info_of("hgx-h100"), renamed, "mixed")["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
 
