@@ -122,16 +122,6 @@ def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_ma
     return cluster.check_node_mig_configs(selection, configs, node_models)
 
 
-def node_label_map(nodes: dict, key: str, label: str, default: str = "", only_mig_capable: bool = False) -> dict:
-    """Node -> {label: the host's value of key (or default), or null to remove the label}."""
-    out = {}
-    for name, row in nodes.items():
-        if only_mig_capable and not cluster_facts.mig_capable(row["info"]):
-            continue
-        out[name] = {label: (row.get(key) or default or None) if cluster_facts.gpu_count(row["info"]) else None}
-    return out
-
-
 def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str = "gpuops_device_plugin_config") -> dict:
     """Node -> the config label (null: none chosen) and nvidia.com/mps.capable ("true" where the config shares with
     MPS, which the MPS control daemon's nodeSelector reads; "false" on other GPU nodes, as GFD sets it)."""
@@ -144,6 +134,25 @@ def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str
         config = (configs or {}).get(chosen or default) if (chosen or default) else None
         out[name] = {"nvidia.com/device-plugin.config": chosen,
                      "nvidia.com/mps.capable": "true" if cluster.uses_mps(config) else "false"}
+    return out
+
+
+def cluster_cdi(nodes: dict, setting: Any) -> bool:
+    """Whether the components use CDI: `true`, or `auto` and every GPU host reports its toolkit's CDI spec."""
+    value = str(setting).lower()
+    if value in ("true", "false"):
+        return value == "true"
+    return bool(nodes) and all(bool(row.get("gpuops_container_toolkit_cdi")) for row in nodes.values())
+
+
+def mig_config_labels(nodes: dict, default: str, explicit: bool, key: str = "gpuops_mig_manager_config") -> dict:
+    """nvidia.com/mig.config per MIG-capable node: with explicit, the nodes whose host sets `key` (their value);
+    else the others (the default, which the role sets only where the label is absent)."""
+    out = {}
+    for name, row in nodes.items():
+        if not cluster_facts.mig_capable(row["info"]) or bool(row.get(key)) != explicit:
+            continue
+        out[name] = {"nvidia.com/mig.config": row.get(key) if explicit else (default or None)}
     return out
 
 
@@ -161,10 +170,11 @@ class FilterModule:
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
             "device_plugin_labels": device_plugin_labels,
+            "cluster_cdi": cluster_cdi,
+            "mig_config_labels": mig_config_labels,
             "expected_allocatable": expected_allocatable,
             "mig_models": mig_models,
             "mig_parted_config": mig_parted_config,
             "mig_errors": mig_errors,
             "dcgm_metrics_errors": dcgm_metrics_errors,
-            "node_label_map": node_label_map,
         }

@@ -5,9 +5,12 @@ profile's simulated hardware (lab/facts.py), so every task on the hosts is skipp
 from the controller as they do in production. In order, on one fresh cluster: check mode creates nothing;
 bad input fails before anything is applied, naming the variable; a run deploys everything where it belongs
 (the device plugin with GDS and GDRCopy turned on from the rdma role's facts), the simulated device plugin
-brings each node's capacity (16 on the L40S node with time-slicing x4) and the validation role passes; a second
-run changes nothing; a Node whose GFD label is wrong fails validation, named with the label, the value expected
-and the one found. On a thousand nodes, cluster.yml takes under 5 minutes.
+brings each node's capacity (16 on the L40S node with time-slicing x4, 32 on the H100 one) and the lab's GFD
+stand-in writes NodeFeature objects that the lab's real nfd-master publishes as Node labels, which the
+validation role checks; a second run changes nothing; a Node whose GFD labels are wrong fails validation, named
+with the label, the value expected and the one found; GFD's labels follow a node's sharing config; an NFD that
+would drop them is refused before anything is applied; MPS needs its control daemon. On a thousand nodes,
+cluster.yml takes under 5 minutes.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def lab_cluster(tmp_path_factory):
         # What the rdma role tells the cluster side: GDS set up on the H100 host, GDRCopy on the L40S one.
         {"r-l40s": {"gpuops_device_plugin_config": "ts-4", "gpuops_rdma": {"path": "none", "gds": False, "gdrcopy": True}},
          "r-a100": {"gpuops_mig_manager_config": "all-balanced"},
-         "r-h100": {"gpuops_rdma": {"path": "dmabuf", "gds": True, "gdrcopy": False}}})))
+         "r-h100": {"gpuops_rdma": {"path": "dmabuf", "gds": True, "gdrcopy": False}, "gpuops_device_plugin_config": "ts-4"}})))
     yield kubeconfig, inventory
     lab(state, "cluster", "down")
 
@@ -115,6 +118,15 @@ BAD_INPUT = {
     "unknown config in a node label": (
         {"gpuops_device_plugin_config": "no-such-config"},
         "gpuops_device_plugin_config on r-a100: 'no-such-config' names no config"),
+    "ServiceMonitor interval not a duration": (
+        {"gpuops_dcgm_exporter_service_monitor_interval": "15 seconds"},
+        "gpuops_dcgm_exporter_service_monitor_interval: 15 seconds is not a Prometheus duration such as 15s or 1m"),
+    "relative kubelet root": (
+        {"gpuops_cluster_kubelet_root": "var/lib/kubelet"},
+        "gpuops_cluster_kubelet_root: var/lib/kubelet is not an absolute path"),
+    "NFD deploy not a choice": (
+        {"gpuops_node_feature_discovery_deploy": "maybe"},
+        "gpuops_node_feature_discovery_deploy must be one of: auto, true, false, got: maybe"),
     "unknown DCGM field": (
         {"gpuops_dcgm_exporter_metrics": "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\nDCGM_FI_DEV_NO_SUCH_FIELD, gauge, Nothing.\n"},
         "gpuops_dcgm_exporter_metrics line 2: 'DCGM_FI_DEV_NO_SUCH_FIELD' is not a DCGM field name"),
@@ -173,6 +185,13 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     assert get(kubeconfig, "daemonset", "-n", NS, "nfd-worker")["spec"]["template"]["spec"]["containers"][0]["command"] == ["nfd-worker"]
     assert "Deploying Node Feature Discovery v0.19.0 in gpu-operator" in " ".join(res.stdout.split())
 
+    plugin_volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in
+                      get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]["volumes"]}
+    assert plugin_volumes["device-plugin"] == "/var/lib/kubelet/device-plugins"
+    mig_env = {e["name"] for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]["spec"]
+               ["containers"][0]["env"]}
+    assert "CDI_ENABLED" not in mig_env  # no host reports CDI here
+
     # GDS (with MOFED, as the operator pairs them) and GDRCopy, from the rdma role's facts.
     plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in plugin["containers"][0]["env"]}
@@ -201,10 +220,22 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
         alloc = get(kubeconfig, "node", node)["status"].get("allocatable", {})
         return {k: v for k, v in alloc.items() if k.startswith("nvidia.com/")}
     assert gpus("r-l40s") == {"nvidia.com/gpu": "16"}
-    assert gpus("r-h100") == {"nvidia.com/gpu": "8"}
+    assert gpus("r-h100") == {"nvidia.com/gpu": "32"}
     assert gpus("r-a100") == {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1",
                               "nvidia.com/mig-3g.40gb": "1"}
     assert "r-l40s: nvidia.com/gpu=16, smoke test succeeded" in res.stdout
+    # GFD's labels (the lab's GFD stand-in writes its NodeFeature, the real nfd-master publishes it) carry
+    # r-h100's sharing, and validation found them right; r-a100's MIG devices, one count per profile.
+    out = " ".join(res.stdout.split())
+    assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels right" in out, out[-3000:]
+    assert re.search(r"r-a100: nvidia\.com/gpu=1, [^']*smoke test succeeded, GFD labels right", out), out[-3000:]
+    labels = get(kubeconfig, "node", "r-h100")["metadata"]
+    assert {k: labels["labels"].get(k) for k in ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas",
+                                                   "nvidia.com/gpu.sharing-strategy")} == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED", "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    assert "nvidia.com/gpu.product" in labels["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(",")
+    assert get(kubeconfig, "node", "r-a100")["metadata"]["labels"]["nvidia.com/mig-1g.10gb.count"] == "2"
     assert get(kubeconfig, "jobs", "-n", NS)["items"] == []  # the smoke tests leave nothing behind
 
     again = playbook(inventory)
@@ -212,59 +243,102 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
 
 
+def node_labels_when(kubeconfig: Path, node: str, check, timeout: float = 60) -> dict:
+    """The Node's labels once check(labels) holds (nfd-master publishes a NodeFeature's labels within seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        labels = get(kubeconfig, "node", node)["metadata"]["labels"]
+        if check(labels) or time.monotonic() > deadline:
+            return labels
+        time.sleep(1)
+
+
 def test_a_wrong_gfd_label_fails_validation_naming_it(lab_cluster):
-    # KWOK runs no GFD, so no Node carries its labels and validation reports them unlabelled. A Node given
-    # GFD's product label, wrong, is what a GFD misreading the hardware (or a wrong fact) looks like.
+    # A GFD misreading the hardware (or a wrong fact) looks like this: its NodeFeature says another product.
     kubeconfig, inventory = lab_cluster
-    kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/gpu.product=NVIDIA-H100-PCIe", "--overwrite")
+    name = ["nodefeature", "-n", NS, "nvidia-features-for-r-h100"]
+    right = get(kubeconfig, *name)
+    wrong = json.loads(json.dumps(right))
+    wrong["spec"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H100-PCIe-SHARED"
+    del wrong["spec"]["labels"]["nvidia.com/gpu.count"]
+    kubectl(kubeconfig, "replace", "-f", "-", stdin=json.dumps(wrong))
     try:
+        node_labels_when(kubeconfig, "r-h100", lambda lb: lb.get("nvidia.com/gpu.product") == "NVIDIA-H100-PCIe-SHARED")
         res = playbook(inventory, extra={"gpuops_validation_timeout": 10, "gpuops_validation_smoke_test": False})
     finally:
-        kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/gpu.product-")
+        fixed = get(kubeconfig, *name)
+        fixed["spec"] = right["spec"]
+        kubectl(kubeconfig, "replace", "-f", "-", stdin=json.dumps(fixed))
     out = " ".join(res.stdout.split())  # the result callback folds long messages
     assert res.returncode != 0
     assert "1 of 3 GPU node(s) failed validation" in out, res.stdout[-3000:]
-    assert "r-h100: GFD label nvidia.com/gpu.product expected NVIDIA-H100-80GB-HBM3, actual NVIDIA-H100-PCIe" in out
+    assert "r-h100: GFD label nvidia.com/gpu.product expected NVIDIA-H100-80GB-HBM3-SHARED, actual NVIDIA-H100-PCIe-SHARED" in out
     assert "r-h100: GFD label nvidia.com/gpu.count expected 8, actual absent" in out
     assert get(kubeconfig, "jobs", "-n", NS)["items"] == []
+    labels = node_labels_when(kubeconfig, "r-h100", lambda lb: lb.get("nvidia.com/gpu.count") == "8")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
 
 
-def test_nodefeature_objects_written_as_gfd_writes_them_become_node_labels(lab_cluster):
-    # GFD writes nvidia-features-for-<node> in its namespace, labelled with the node's name; the lab's real
-    # nfd-master publishes its labels on the Node. The labels are the ones validation expects of r-h100, so
-    # the next run finds GFD's labels there and checks them.
+def test_gfds_labels_follow_the_nodes_sharing_config(lab_cluster):
+    # The config manager reads the node's label; a label changed by hand changes GFD's labels (and the
+    # resources), and the next run puts the inventory's config back, validated.
     kubeconfig, inventory = lab_cluster
-    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes
-    hostvars = json.loads(inventory.read_text())["all"]["children"]["gpu_nodes"]["hosts"]
-    expected = cluster_nodes(["r-h100"], hostvars, {"gpuops_device_plugin_config": ""},
-                             {"mig_strategy": "mixed", "configs": {"ts-4": TS4}, "default_config": ""})["r-h100"]["gfd_labels"]
-    assert expected and expected["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    feature = {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
-               "metadata": {"name": "nvidia-features-for-r-h100", "namespace": NS,
-                            "labels": {"nfd.node.kubernetes.io/node-name": "r-h100"}},
-               "spec": {"labels": expected}}
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(feature))
+    kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/device-plugin.config-")
+    labels = node_labels_when(kubeconfig, "r-h100", lambda lb: lb.get("nvidia.com/gpu.replicas") == "1")
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "r-h100: nvidia.com/gpu=32, smoke test not run, GFD labels right" in out, out[-3000:]
+    assert get(kubeconfig, "node", "r-h100")["metadata"]["labels"]["nvidia.com/gpu.replicas"] == "4"
+
+
+def test_a_mig_config_set_on_the_node_is_kept_unless_the_inventory_names_one(lab_cluster):
+    # r-h100's host names no MIG config (the default applies where the label is absent); r-a100's names all-balanced.
+    kubeconfig, inventory = lab_cluster
+    kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/mig.config=all-1g.10gb", "--overwrite")
+    kubectl(kubeconfig, "label", "node", "r-a100", "nvidia.com/mig.config=all-disabled", "--overwrite")
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            labels = get(kubeconfig, "node", "r-h100")["metadata"]["labels"]
-            if all(labels.get(k) == v for k, v in expected.items()):
-                break
-            time.sleep(1)
-        labels = get(kubeconfig, "node", "r-h100")["metadata"]
-        assert {k: labels["labels"].get(k) for k in expected} == expected
-        # nfd-master keeps the list of the labels it manages on the Node.
-        assert "nvidia.com/gpu.product" in labels["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(",")
         res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
-        out = " ".join(res.stdout.split())
         assert res.returncode == 0, res.stdout[-3000:]
-        assert "r-h100: nvidia.com/gpu=8, smoke test not run, GFD labels right" in out, out[-3000:]
+        labels = nvidia_labels(kubeconfig)
+        assert labels["r-h100"]["nvidia.com/mig.config"] == "all-1g.10gb"
+        assert labels["r-a100"]["nvidia.com/mig.config"] == "all-balanced"
     finally:
-        kubectl(kubeconfig, "delete", "nodefeature", "-n", NS, "nvidia-features-for-r-h100")
-    deadline = time.monotonic() + 60
-    while "nvidia.com/gpu.product" in get(kubeconfig, "node", "r-h100")["metadata"]["labels"] and time.monotonic() < deadline:
-        time.sleep(1)
-    assert "nvidia.com/gpu.product" not in get(kubeconfig, "node", "r-h100")["metadata"]["labels"]
+        kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/mig.config=all-disabled", "--overwrite")
+
+
+# A stand-in for the Prometheus Operator's CRD (its schema is not the subject: the role's fields are).
+SERVICEMONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+             "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def test_the_servicemonitor_carries_the_prometheus_settings(lab_cluster):
+    kubeconfig, inventory = lab_cluster
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(SERVICEMONITOR_CRD))
+    kubectl(kubeconfig, "wait", "--for", "condition=Established", "crd/servicemonitors.monitoring.coreos.com")
+    relabel = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+    try:
+        res = playbook(inventory, extra={
+            "gpuops_validation_smoke_test": False, "gpuops_dcgm_exporter_service_monitor_interval": "30s",
+            "gpuops_dcgm_exporter_service_monitor_scrape_timeout": "20s",
+            "gpuops_dcgm_exporter_service_monitor_labels": {"release": "kube-prometheus-stack"},
+            "gpuops_dcgm_exporter_service_monitor_honor_labels": True,
+            "gpuops_dcgm_exporter_service_monitor_relabelings": [relabel]})
+        assert res.returncode == 0, res.stdout[-3000:]
+        monitor = get(kubeconfig, "servicemonitor", "-n", NS, "nvidia-dcgm-exporter")
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert monitor["spec"]["endpoints"] == [{"port": "gpu-metrics", "path": "/metrics", "interval": "30s",
+                                                 "scrapeTimeout": "20s", "honorLabels": True, "relabelings": [relabel]}]
+    finally:
+        kubectl(kubeconfig, "delete", "servicemonitor", "-n", NS, "nvidia-dcgm-exporter", "--ignore-not-found")
+        kubectl(kubeconfig, "delete", "crd", "servicemonitors.monitoring.coreos.com")
 
 
 def test_an_nfd_that_would_drop_gfds_labels_is_refused_before_anything_is_applied(lab_cluster):
@@ -296,7 +370,7 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
     # MPS is refused with MIG strategy mixed (the device plugin's rule), so this cluster runs `none`. The
     # simulated device plugin advertises nothing for an MPS config while no MPS control daemon pod runs on
     # the node, as the real one fails its health check.
-    nodes = (("m-mps", "l40s"), ("m-plain", "l40s"))
+    nodes = (("m-mps", "hgx-h100"), ("m-plain", "hgx-h100"))
     lab(tmp_path, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in nodes])
     try:
         kubeconfig = tmp_path / "cluster/kubeconfig"
@@ -304,7 +378,8 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
         inventory.write_text(json.dumps(cluster_inventory(
             list(nodes), {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"mps-2": MPS2},
                           "gpuops_device_plugin_mig_strategy": "none", "gpuops_validation_timeout": 120,
-                          "gpuops_validation_smoke_test": False, **nfd_crds(tmp_path)},
+                          "gpuops_validation_smoke_test": False, "gpuops_device_plugin_cdi": "true",
+                          "gpuops_cluster_kubelet_root": "/var/lib/k0s/kubelet", **nfd_crds(tmp_path)},
             {"m-mps": {"gpuops_device_plugin_config": "mps-2"}})))
         res = playbook(inventory)
         assert res.returncode == 0, res.stdout[-4000:]
@@ -318,22 +393,40 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
         assert [c["name"] for c in ds["containers"]] == ["mps-control-daemon-ctr", "config-manager"]
         sidecar = {e["name"]: e.get("value") for e in ds["containers"][1]["env"]}
         assert sidecar["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+        # CDI on (this cluster asks for it): the device plugin's CDI strategy, and the MIG manager refreshes the spec.
+        plugin_env = {e["name"]: e.get("value") for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")
+                      ["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert plugin_env["DEVICE_LIST_STRATEGY"] == "cdi-annotations,cdi-cri"
+        mig_env = {e["name"]: e.get("value") for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")
+                   ["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert mig_env["CDI_ENABLED"] == "true" and mig_env["NVIDIA_CDI_HOOK_PATH"] == "/usr/bin/nvidia-cdi-hook"
+        # The kubelet's root elsewhere (k0s): the host paths follow, the paths in the containers do not.
+        plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]
+        assert {v["name"]: v.get("hostPath", {}).get("path") for v in plugin["volumes"]}["device-plugin"] == "/var/lib/k0s/kubelet/device-plugins"
+        assert {m["name"]: m["mountPath"] for m in plugin["containers"][0]["volumeMounts"]}["device-plugin"] == "/var/lib/kubelet/device-plugins"
+        exporter = get(kubeconfig, "daemonset", "-n", NS, "nvidia-dcgm-exporter")["spec"]["template"]["spec"]
+        assert {v["name"]: v.get("hostPath", {}).get("path") for v in exporter["volumes"]}["pod-gpu-resources"] == "/var/lib/k0s/kubelet/pod-resources"
         pods = get(kubeconfig, "pods", "-n", NS, "-l", "app=nvidia-device-plugin-mps-control-daemon")["items"]
         assert [p["spec"]["nodeName"] for p in pods if p["status"].get("phase") == "Running"] == ["m-mps"]
 
         def gpus(node):
             return get(kubeconfig, "node", node)["status"].get("allocatable", {}).get("nvidia.com/gpu")
-        assert gpus("m-mps") == "8" and gpus("m-plain") == "4"
+        assert gpus("m-mps") == "16" and gpus("m-plain") == "8"
+        # GFD's labels (through the lab's real nfd-master) say MPS, and validation found them right.
+        out = " ".join(res.stdout.split())
+        assert "m-mps: nvidia.com/gpu=16, smoke test not run, GFD labels right" in out, out[-3000:]
+        mps_labels = get(kubeconfig, "node", "m-mps")["metadata"]["labels"]
+        assert mps_labels["nvidia.com/gpu.sharing-strategy"] == "mps" and mps_labels["nvidia.com/gpu.replicas"] == "2"
 
         # Without the daemon, the node advertises no GPU; the next run puts the DaemonSet back and validates.
         kubectl(kubeconfig, "delete", "daemonset", "-n", NS, "nvidia-device-plugin-mps-control-daemon", "--wait=true")
         deadline = time.monotonic() + 60
         while gpus("m-mps") != "0" and time.monotonic() < deadline:
             time.sleep(1)
-        assert gpus("m-mps") == "0" and gpus("m-plain") == "4"
+        assert gpus("m-mps") == "0" and gpus("m-plain") == "8"
         again = playbook(inventory)
         assert again.returncode == 0, again.stdout[-4000:]
-        assert gpus("m-mps") == "8"
+        assert gpus("m-mps") == "16"
     finally:
         lab(tmp_path, "cluster", "down")
 

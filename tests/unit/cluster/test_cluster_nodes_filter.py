@@ -88,3 +88,26 @@ def test_device_plugin_labels_name_the_config_and_whether_it_uses_mps(hostvars):
     # A node that chooses nothing gets the default config, and MPS with it; its config label stays unset.
     assert device_plugin_labels(nodes, {"mps-2": MPS2}, "mps-2")["l40s"] == {
         "nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": "true"}
+
+
+def test_mig_config_labels_split_what_the_host_names_from_the_default(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import mig_config_labels
+    hv = copy.deepcopy(hostvars)
+    hv["a100"]["gpuops_mig_manager_config"] = "all-balanced"
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    assert mig_config_labels(nodes, "all-disabled", True) == {"a100-node": {"nvidia.com/mig.config": "all-balanced"}}
+    # The H100s can do MIG and name nothing; the L40S and the CPU host cannot do MIG and are left out.
+    assert mig_config_labels(nodes, "all-disabled", False) == {
+        "h100-a": {"nvidia.com/mig.config": "all-disabled"}, "h100-b": {"nvidia.com/mig.config": "all-disabled"}}
+
+
+@pytest.mark.parametrize(("setting", "cdi", "expected"), [
+    ("true", {}, True), ("false", {"h100-a": True, "l40s": True}, False),
+    ("auto", {"h100-a": True, "l40s": True}, True), ("auto", {"h100-a": True}, False),
+])
+def test_cdi_is_on_when_asked_or_when_every_gpu_host_reports_it(hostvars, setting, cdi, expected):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_cdi
+    hv = {h: {**hostvars[h], "gpuops_container_toolkit_cdi": cdi.get(h, False)} for h in ("h100-a", "l40s")}
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_cdi": False})
+    assert cluster_cdi(nodes, setting) is expected
+    assert cluster_cdi({}, "auto") is False
