@@ -27,6 +27,10 @@ GFD would set there, for the node's profile, the pod's MIG_STRATEGY and the conf
 (as above), are written as GFD writes them, in a NodeFeature object, which the lab's real nfd-master turns
 into Node labels. They follow label and ConfigMap changes as the device plugin's resources do.
 
+The MIG manager (migmgr_sim.py): while a MIG manager pod runs on a node, the config its
+`nvidia.com/mig.config` label names is applied (state pending, then success or failed), and the device plugin
+and GFD stand-ins advertise and label the node's GPUs in the layout it gives.
+
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
 when a plugin unregisters. The roles are tested for what they change; nothing is preset.
 """
@@ -42,13 +46,14 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import gfd_sim
+from . import gfd_sim, migmgr_sim
 from .hardware import load_profile
 
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
 MPS_APP = "nvidia-device-plugin-mps-control-daemon"
 GFD_APP = "gpu-feature-discovery"
-SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP})"
+MIG_APP = "nvidia-mig-manager"
+SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP},{MIG_APP})"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -136,6 +141,11 @@ class Simulator:
         self.custom = custom  # CustomObjectsApi, for GFD's NodeFeature objects
         self.gfd: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running GFD pods
         self.features: dict[str, dict[str, str] | None] = {}  # node -> the labels last written for it
+        self.migmgr: dict[str, dict[str, tuple[str, str]]] = {}  # node -> {pod uid: (namespace, mig-parted ConfigMap)}
+        self.mig_label: dict[str, str | None] = {}  # node -> its nvidia.com/mig.config
+        self.mig_applied: dict[str, str] = {}  # node -> the config its GPUs are in
+        self.layouts: dict[str, dict] = {}  # node -> its profile with the GPUs in that layout
+        self.mig_fail: dict[str, bool] = {}  # node -> annotated to make its MIG changes fail
         self.pods: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running plugin pods
         self.mps: dict[str, set[str]] = {}  # node -> uids of its running MPS control daemon pods
         self.applied: dict[str, dict[str, int]] = {}
@@ -145,12 +155,15 @@ class Simulator:
         self.lock = threading.RLock()
 
     def _profile(self, node: str) -> dict | None:
+        """The node's hardware, its GPUs in the MIG layout the MIG manager stand-in last applied."""
         if node not in self.profiles:
             meta = self.api.read_node(node).metadata
             name = (meta.annotations or {}).get(PROFILE_ANNOTATION)
             self.profiles[node] = load_profile(name) if name else None
             self.labels[node] = (meta.labels or {}).get(CONFIG_LABEL)
-        return self.profiles[node]
+            self.mig_label.setdefault(node, (meta.labels or {}).get(migmgr_sim.MIG_CONFIG))
+            self.mig_fail.setdefault(node, (meta.annotations or {}).get(migmgr_sim.FAIL_ANNOTATION) == "true")
+        return self.layouts.get(node, self.profiles[node])
 
     def _config(self, node: str, pod: PluginPod) -> dict | None:
         if not pod.configmap:
@@ -171,11 +184,15 @@ class Simulator:
         """A node watch event: re-sync when its config label changed."""
         name = node_obj.metadata.name
         value = (node_obj.metadata.labels or {}).get(CONFIG_LABEL)
+        mig = (node_obj.metadata.labels or {}).get(migmgr_sim.MIG_CONFIG)
+        fail = (getattr(node_obj.metadata, "annotations", None) or {}).get(migmgr_sim.FAIL_ANNOTATION) == "true"
         with self.lock:
-            if name in self.labels and self.labels[name] == value:
+            self.mig_fail[name] = fail
+            if name in self.labels and self.labels[name] == value and self.mig_label.get(name) == mig:
                 return
             self.labels[name] = value
-            if self.pods.get(name) or self.gfd.get(name):
+            self.mig_label[name] = mig
+            if self.pods.get(name) or self.gfd.get(name) or self.migmgr.get(name):
                 self.sync(name)
 
     def configmap_changed(self, cm, deleted: bool = False) -> None:
@@ -185,18 +202,18 @@ class Simulator:
                 self.configmaps.pop(key, None)
             else:
                 self.configmaps[key] = dict(cm.data or {})
-            for node in sorted(set(self.pods) | set(self.gfd)):
+            for node in sorted(set(self.pods) | set(self.gfd) | set(self.migmgr)):
                 pods = list(self.pods.get(node, {}).values()) + list(self.gfd.get(node, {}).values())
-                if any((p.namespace, p.configmap) == key for p in pods):
+                if any((p.namespace, p.configmap) == key for p in pods) or key in self.migmgr.get(node, {}).values():
                     self.sync(node)
 
     def resync(self, pods) -> None:
         """After a (re)list: the listed pods are all there is; nodes whose pods went meanwhile drop theirs."""
-        before = set(self.pods) | set(self.mps) | set(self.gfd)
-        self.pods, self.mps, self.gfd = {}, {}, {}
+        before = set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr)
+        self.pods, self.mps, self.gfd, self.migmgr = {}, {}, {}, {}
         for pod in pods:
             self.observe(pod, sync=False)
-        for node in sorted(before | set(self.pods) | set(self.mps) | set(self.gfd)):
+        for node in sorted(before | set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr)):
             self.sync(node)
 
     def observe(self, pod, deleted: bool = False, sync: bool = True) -> None:
@@ -205,7 +222,15 @@ class Simulator:
             return
         running = not deleted and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
         app = (getattr(pod.metadata, "labels", None) or {}).get("app")
-        if app == GFD_APP:
+        if app == MIG_APP:
+            managers = self.migmgr.setdefault(node, {})
+            if running:
+                cm = next((v.config_map.name for v in getattr(pod.spec, "volumes", None) or []
+                           if v.name == "mig-parted-config" and getattr(v, "config_map", None)), "default-mig-parted-config")
+                managers[pod.metadata.uid] = (pod.metadata.namespace or "", cm)
+            else:
+                managers.pop(pod.metadata.uid, None)
+        elif app == GFD_APP:
             gfd = self.gfd.setdefault(node, {})
             if running:
                 gfd[pod.metadata.uid] = plugin_pod(pod)
@@ -227,8 +252,38 @@ class Simulator:
             self.sync(node)
 
     def sync(self, node: str) -> None:
+        self.sync_mig(node)
         self.sync_plugin(node)
         self.sync_gfd(node)
+
+    def sync_mig(self, node: str) -> None:
+        """Apply the node's MIG config label, while a MIG manager pod runs there and it is not applied yet."""
+        managers = sorted(set(self.migmgr.get(node, {}).values()))
+        self._profile(node)
+        wanted = self.mig_label.get(node)
+        if not managers or not wanted or self.mig_applied.get(node) == wanted:
+            return
+        self._set_state(node, "pending")
+        namespace, cm = managers[0]
+        try:
+            if self.mig_fail.get(node):
+                raise migmgr_sim.MigError(f"{migmgr_sim.FAIL_ANNOTATION} is true")
+            if (namespace, cm) not in self.configmaps:
+                self.configmaps[(namespace, cm)] = dict(self.api.read_namespaced_config_map(cm, namespace).data or {})
+            configs = (yaml.safe_load(self.configmaps[(namespace, cm)].get("config.yaml") or "") or {}).get("mig-configs") or {}
+            self.layouts[node] = migmgr_sim.apply(self.profiles[node] or {}, configs, wanted)
+        except Exception as exc:  # a config that cannot be applied, as mig-parted fails it
+            self.mig_applied[node] = wanted  # not tried again until the label changes
+            self._set_state(node, "failed")
+            print(f"{time.strftime('%H:%M:%S')} {node}: MIG config {wanted} failed: {exc}", flush=True)
+            return
+        self.mig_applied[node] = wanted
+        self.features.pop(node, None)
+        self._set_state(node, "success")
+        print(f"{time.strftime('%H:%M:%S')} {node}: MIG config {wanted} applied", flush=True)
+
+    def _set_state(self, node: str, state: str) -> None:
+        self.api.patch_node(node, {"metadata": {"labels": {migmgr_sim.MIG_STATE: state}}})
 
     def sync_gfd(self, node: str) -> None:
         """Write the NodeFeature GFD would write, while a GFD pod runs on the node (it is left when the pod goes,

@@ -57,3 +57,12 @@ def cluster_inventory(nodes: list[tuple[str, str]], group_vars: dict | None = No
             facts[profile] = profile_facts(profile, f"lab-{profile}")
         hosts[name] = {"ansible_connection": "local", "gpuops_gpu_info": facts[profile], **(host_vars or {}).get(name, {})}
     return {"all": {"vars": group_vars or {}, "children": {"gpu_nodes": {"hosts": hosts}}}}
+
+
+# The MIG config the a100-pcie-mig profile's GPUs are in (GPU 0 split as all-balanced splits an A100 80GB,
+# GPU 1 whole): a lab inventory names it for that profile's host, so the lab's MIG manager applying it
+# leaves the layout the host's facts show.
+A100_PROFILE_MIG_CONFIG = {"lab-a100-gpu0-balanced": [
+    {"devices": [0], "device-filter": ["0x20B510DE"], "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+    {"devices": [1], "device-filter": ["0x20B510DE"], "mig-enabled": False},
+]}

@@ -90,10 +90,15 @@ def device_plugin_data(configs: dict) -> dict:
 
 
 def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default: str,
-                         key: str = "gpuops_device_plugin_config") -> dict:
+                         key: str = "gpuops_device_plugin_config", mig_applied: dict | None = None) -> dict:
+    """Node -> the resources its device plugin advertises; for a node in mig_applied (node -> the mig-parted
+    config entries its MIG manager applies in this run), with the layout that config gives."""
     out = {}
     for name, chosen in _selection(nodes, key, default).items():
-        out[name] = cluster.advertised(nodes[name]["info"], mig_strategy, configs.get(chosen) if chosen else None)
+        info = nodes[name]["info"]
+        if mig_applied and name in mig_applied:
+            info = cluster.apply_mig_config(info, mig_applied[name])
+        out[name] = cluster.advertised(info, mig_strategy, configs.get(chosen) if chosen else None)
     return out
 
 
@@ -156,6 +161,18 @@ def mig_config_labels(nodes: dict, default: str, explicit: bool, key: str = "gpu
     return out
 
 
+def mig_configs_set(nodes: dict, default: str, changed: list, key: str = "gpuops_mig_manager_config") -> dict:
+    """Node -> the MIG config the role's labels set, for the nodes whose label changed (node_labels' changed_nodes)."""
+    wanted = {**mig_config_labels(nodes, default, False, key), **mig_config_labels(nodes, default, True, key)}
+    return {n: wanted[n]["nvidia.com/mig.config"] for n in changed or [] if n in wanted and wanted[n]["nvidia.com/mig.config"]}
+
+
+def mig_applied(configs: dict, parted: dict) -> dict:
+    """Node -> the mig-parted entries of the config set there (for expected_allocatable's mig_applied)."""
+    table = (parted or {}).get("mig-configs") or {}
+    return {n: table[c] for n, c in (configs or {}).items() if c in table}
+
+
 def dcgm_metrics_errors(text: Any, extra: list) -> list:
     return cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", text, extra or [])
 
@@ -172,6 +189,8 @@ class FilterModule:
             "device_plugin_labels": device_plugin_labels,
             "cluster_cdi": cluster_cdi,
             "mig_config_labels": mig_config_labels,
+            "mig_configs_set": mig_configs_set,
+            "mig_applied": mig_applied,
             "expected_allocatable": expected_allocatable,
             "mig_models": mig_models,
             "mig_parted_config": mig_parted_config,

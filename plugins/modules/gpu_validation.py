@@ -68,10 +68,20 @@ options:
     description:
       - Node name to the labels GPU Feature Discovery should set there that follow from its hardware and sharing
         config (C(nvidia.com/gpu.product), C(.count), C(.memory), C(.family), C(.compute.major), C(.compute.minor),
-        C(nvidia.com/mig.capable), C(nvidia.com/mig-<profile>.count)), as the P(gpuops.nvidia.cluster_nodes#filter)
+        C(nvidia.com/mig.capable), C(.replicas), C(.sharing-strategy), C(nvidia.com/mig-<profile>.count)), as the P(gpuops.nvidia.cluster_nodes#filter)
         filter computes them into each Node's C(gfd_labels). C(null) for a Node skips the comparison.
       - On a Node GFD has labelled, a label in the expectation or among those keys on the Node must have the same
         value on both sides (absent on both counts as the same).
+    type: dict
+    default: {}
+  mig_configs:
+    description:
+      - Node name to the MIG config this run set in its C(nvidia.com/mig.config) label (the MIG manager applies it). Each
+        such Node is waited for until its MIG manager reports C(nvidia.com/mig.config.state=success) for that config;
+        O(expected) holds the resources of the layout the config gives.
+      - The Node fails at once when the state is C(failed), or when no MIG manager runs there
+        (C(nvidia.com/gpu.deploy.mig-manager) not C(true)); its GFD labels are not compared (the facts they are
+        computed from show the layout before the change).
     type: dict
     default: {}
 extends_documentation_fragment:
@@ -225,6 +235,7 @@ def main() -> None:
             "runtime_class_name": {"type": "str", "default": ""},
             "timeout": {"type": "int", "default": 300},
             "gfd_labels": {"type": "dict", "default": {}},
+            "mig_configs": {"type": "dict", "default": {}},
             **AUTH_ARGS,
         },
         supports_check_mode=True,
@@ -238,7 +249,8 @@ def main() -> None:
                         timeout=p["timeout"], smoke_test=p["smoke_test"])
     cluster = KubeCluster(connect(module))
     try:
-        result = validate(cluster, expected, settings, MonotonicClock(), gfd_expected=gfd_labels, check_mode=module.check_mode)
+        result = validate(cluster, expected, settings, MonotonicClock(), gfd_expected=gfd_labels, check_mode=module.check_mode,
+                          mig_configs={str(n): str(c) for n, c in (p["mig_configs"] or {}).items()})
     except ApiError as exc:
         module.fail_json(msg=exc.message, status=exc.status)
         raise  # not reached: fail_json exits

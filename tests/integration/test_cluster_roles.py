@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from lab.cluster import scale_nodes
-from lab.facts import cluster_inventory
+from lab.facts import A100_PROFILE_MIG_CONFIG, cluster_inventory
 from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab
 
 NODES = (("r-h100", "hgx-h100"), ("r-a100", "a100-pcie-mig"), ("r-l40s", "l40s"), ("r-cpu", "no-gpu"))
@@ -77,10 +77,10 @@ def lab_cluster(tmp_path_factory):
     inventory.write_text(json.dumps(cluster_inventory(
         list(NODES),
         {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_device_plugin_configs": {"ts-4": TS4},
-         "gpuops_validation_timeout": 120, **nfd_crds(state)},
+         "gpuops_mig_manager_configs": A100_PROFILE_MIG_CONFIG, "gpuops_validation_timeout": 120, **nfd_crds(state)},
         # What the rdma role tells the cluster side: GDS set up on the H100 host, GDRCopy on the L40S one.
         {"r-l40s": {"gpuops_device_plugin_config": "ts-4", "gpuops_rdma": {"path": "none", "gds": False, "gdrcopy": True}},
-         "r-a100": {"gpuops_mig_manager_config": "all-balanced"},
+         "r-a100": {"gpuops_mig_manager_config": "lab-a100-gpu0-balanced"},
          "r-h100": {"gpuops_rdma": {"path": "dmabuf", "gds": True, "gdrcopy": False}, "gpuops_device_plugin_config": "ts-4"}})))
     yield kubeconfig, inventory
     lab(state, "cluster", "down")
@@ -156,7 +156,11 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
         for component in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter"):
             assert labels[node][f"nvidia.com/gpu.deploy.{component}"] == "true"
     assert labels["r-l40s"]["nvidia.com/mig.capable"] == "false" and "nvidia.com/gpu.deploy.mig-manager" not in labels["r-l40s"]
-    assert labels["r-a100"]["nvidia.com/mig.config"] == "all-balanced" and labels["r-h100"]["nvidia.com/mig.config"] == "all-disabled"
+    assert labels["r-a100"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
+    assert labels["r-h100"]["nvidia.com/mig.config"] == "all-disabled"
+    # The lab's MIG manager applied each node's config (the layout r-a100's facts show).
+    assert {n: get(kubeconfig, "node", n)["metadata"]["labels"].get("nvidia.com/mig.config.state") for n in ("r-a100", "r-h100")} \
+        == {"r-a100": "success", "r-h100": "success"}
     assert labels["r-l40s"]["nvidia.com/device-plugin.config"] == "ts-4"
     assert "nvidia.com/mig.config" not in labels["r-l40s"]
 
@@ -224,11 +228,10 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     assert gpus("r-a100") == {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1",
                               "nvidia.com/mig-3g.40gb": "1"}
     assert "r-l40s: nvidia.com/gpu=16, smoke test succeeded" in res.stdout
-    # GFD's labels (the lab's GFD stand-in writes its NodeFeature, the real nfd-master publishes it) carry
-    # r-h100's sharing, and validation found them right; r-a100's MIG devices, one count per profile.
+    # The first run set the MIG configs, so it waited for the MIG manager and left GFD's labels of those
+    # nodes to the next run (the facts show the layout before a change).
     out = " ".join(res.stdout.split())
-    assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels right" in out, out[-3000:]
-    assert re.search(r"r-a100: nvidia\.com/gpu=1, [^']*smoke test succeeded, GFD labels right", out), out[-3000:]
+    assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels not checked" in out, out[-3000:]
     labels = get(kubeconfig, "node", "r-h100")["metadata"]
     assert {k: labels["labels"].get(k) for k in ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas",
                                                    "nvidia.com/gpu.sharing-strategy")} == {
@@ -241,6 +244,11 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     again = playbook(inventory)
     assert again.returncode == 0, again.stdout[-3000:]
     assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
+    # GFD's labels (the lab's GFD stand-in writes its NodeFeature, the real nfd-master publishes it) carry
+    # r-h100's sharing and r-a100's MIG devices, and validation found them right.
+    out = " ".join(again.stdout.split())
+    assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels right" in out, out[-3000:]
+    assert re.search(r"r-a100: nvidia\.com/gpu=1, [^']*smoke test succeeded, GFD labels right", out), out[-3000:]
 
 
 def node_labels_when(kubeconfig: Path, node: str, check, timeout: float = 60) -> dict:
@@ -295,18 +303,53 @@ def test_gfds_labels_follow_the_nodes_sharing_config(lab_cluster):
 
 
 def test_a_mig_config_set_on_the_node_is_kept_unless_the_inventory_names_one(lab_cluster):
-    # r-h100's host names no MIG config (the default applies where the label is absent); r-a100's names all-balanced.
+    # r-h100's host names no MIG config (the default applies where the label is absent); r-a100's names its
+    # own. The lab's MIG manager applies both changes made by hand; this run is not validated: the lab's
+    # facts do not follow the hardware's new layout (a real host's would, read again by the next run).
     kubeconfig, inventory = lab_cluster
     kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/mig.config=all-1g.10gb", "--overwrite")
     kubectl(kubeconfig, "label", "node", "r-a100", "nvidia.com/mig.config=all-disabled", "--overwrite")
     try:
-        res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
+        res = playbook(inventory, extra={"gpuops_validation_smoke_test": False, "gpuops_cluster_validate": False})
         assert res.returncode == 0, res.stdout[-3000:]
         labels = nvidia_labels(kubeconfig)
         assert labels["r-h100"]["nvidia.com/mig.config"] == "all-1g.10gb"
-        assert labels["r-a100"]["nvidia.com/mig.config"] == "all-balanced"
+        assert labels["r-a100"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
     finally:
         kubectl(kubeconfig, "label", "node", "r-h100", "nvidia.com/mig.config=all-disabled", "--overwrite")
+    # Back as the facts say: the next run validates both (r-a100's layout is its config's again).
+    res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
+    assert res.returncode == 0, res.stdout[-3000:]
+
+
+def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_cluster):
+    kubeconfig, inventory = lab_cluster
+    changed = json.loads(inventory.read_text())
+    r_a100 = changed["all"]["children"]["gpu_nodes"]["hosts"]["r-a100"]
+    r_a100["gpuops_mig_manager_config"] = "all-1g.10gb"
+    other = inventory.with_name("inventory-mig.json")
+    other.write_text(json.dumps(changed))
+    res = playbook(other, extra={"gpuops_validation_smoke_test": False})
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stdout[-3000:]
+    # Two GPUs of 7 x 1g.10gb: the layout the config gives, not the one the facts were read in.
+    assert re.search(r"r-a100: [^']*nvidia\.com/mig-1g\.10gb=14, [^']*smoke test not run, GFD labels not checked", out), out[-3000:]
+    assert "nvidia.com/mig-3g.40gb=0" in out  # what it advertised before, dropped
+    # A change the MIG manager fails (the lab's annotation stands for a GPU in use): named, at once.
+    kubectl(kubeconfig, "annotate", "node", "r-a100", "gpuops-lab/mig-fail=true", "--overwrite")
+    r_a100["gpuops_mig_manager_config"] = "all-disabled"
+    other.write_text(json.dumps(changed))
+    try:
+        res = playbook(other, extra={"gpuops_validation_smoke_test": False})
+    finally:
+        kubectl(kubeconfig, "annotate", "node", "r-a100", "gpuops-lab/mig-fail-")
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "r-a100: the MIG manager failed to apply all-disabled (nvidia.com/mig.config.state=failed)" in out, out[-3000:]
+    # The inventory's config again: applied and validated.
+    res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "r-a100: nvidia.com/gpu=1, nvidia.com/mig-1g.10gb=2" in " ".join(res.stdout.split())
 
 
 # A stand-in for the Prometheus Operator's CRD (its schema is not the subject: the role's fields are).
@@ -412,9 +455,7 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
         def gpus(node):
             return get(kubeconfig, "node", node)["status"].get("allocatable", {}).get("nvidia.com/gpu")
         assert gpus("m-mps") == "16" and gpus("m-plain") == "8"
-        # GFD's labels (through the lab's real nfd-master) say MPS, and validation found them right.
-        out = " ".join(res.stdout.split())
-        assert "m-mps: nvidia.com/gpu=16, smoke test not run, GFD labels right" in out, out[-3000:]
+        # GFD's labels (through the lab's real nfd-master) say MPS.
         mps_labels = get(kubeconfig, "node", "m-mps")["metadata"]["labels"]
         assert mps_labels["nvidia.com/gpu.sharing-strategy"] == "mps" and mps_labels["nvidia.com/gpu.replicas"] == "2"
 
@@ -427,6 +468,7 @@ def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
         again = playbook(inventory)
         assert again.returncode == 0, again.stdout[-4000:]
         assert gpus("m-mps") == "16"
+        assert "m-mps: nvidia.com/gpu=16, smoke test not run, GFD labels right" in " ".join(again.stdout.split())
     finally:
         lab(tmp_path, "cluster", "down")
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import SlimFacts, gpu_count, mig_capable, nvml_gpus
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import SlimFacts, filter_id, gpu_count, mig_capable, nvml_gpus
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # The GPU Operator's deploy labels, for the components this collection deploys.
@@ -404,6 +404,28 @@ def mig_parted_config(models: dict[str, dict], custom: dict | None) -> dict:
     configs = generated_mig_configs(models)
     configs.update(custom or {})
     return {"version": "v1", "mig-configs": configs}
+
+
+def apply_mig_config(info: SlimFacts, entries: list) -> SlimFacts:
+    """The node's facts once the MIG manager has applied a mig-parted config: each GPU takes the first entry
+    that selects it (its index in `devices`, or `all`, and its model in `device-filter`), MIG mode and
+    devices as the entry says; a GPU no entry selects keeps its state, as mig-parted leaves it."""
+    ids = {g["bus_id"]: g["device_id"] for g in info["pci"]["gpus"]}
+    gpus = []
+    for index, gpu in enumerate(nvml_gpus(info)):
+        gpu = {**gpu, "mig": {**gpu["mig"]}}
+        device_id = ids.get(gpu["bus_id"])
+        for entry in entries or []:
+            devices = entry.get("devices")
+            if (devices == "all" or (isinstance(devices, list) and index in devices)) and device_id \
+                    and entry_applies(entry, filter_id(device_id)):
+                enabled = bool(entry.get("mig-enabled"))
+                gpu["mig"]["current"] = enabled
+                gpu["mig"]["devices"] = [{"profile": name} for name, count in sorted((entry.get("mig-devices") or {}).items())
+                                         for _ in range(int(count))] if enabled else []
+                break
+        gpus.append(gpu)
+    return cast(SlimFacts, {**info, "nvml": {**info["nvml"], "gpus": gpus}})
 
 
 def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node_models: dict[str, list[str]]) -> list[str]:

@@ -283,14 +283,38 @@ def _new_row(expected: dict[str, int]) -> dict[str, Any]:
     return {"expected": expected, "allocatable": {}, "allocatable_ok": False, "gfd": "not checked", "job": "not run", "ok": False}
 
 
-def _read_nodes(cluster: Cluster, report: dict[str, dict[str, Any]], gfd_expected: dict[str, dict[str, str] | None]) -> None:
+MIG_CONFIG = "nvidia.com/mig.config"
+MIG_STATE = "nvidia.com/mig.config.state"
+MIG_DEPLOY = "nvidia.com/gpu.deploy.mig-manager"
+
+
+def _mig_row(labels: dict[str, str], config: str) -> dict[str, Any]:
+    """Where the MIG manager is with the config this run set: `applied`, `failed`, `not deployed` (no MIG
+    manager runs on the node, so nothing will apply it) or `pending` (the state it reports, or none yet)."""
+    state = labels.get(MIG_STATE)
+    if labels.get(MIG_DEPLOY) != "true":
+        status = "not deployed"
+    elif labels.get(MIG_CONFIG) == config and state == "success":
+        status = "applied"
+    elif labels.get(MIG_CONFIG) == config and state == "failed":
+        status = "failed"
+    else:
+        status = "pending"
+    return {"config": config, "state": state, "deploy": labels.get(MIG_DEPLOY), "status": status}
+
+
+def _read_nodes(cluster: Cluster, report: dict[str, dict[str, Any]], gfd_expected: dict[str, dict[str, str] | None],
+                mig_configs: dict[str, str]) -> None:
     nodes = {n.name: n for n in cluster.list_nodes()}
     for name, row in report.items():
         node = nodes.get(name)
         row["present"] = node is not None
         row["allocatable"] = dict(node.allocatable) if node else {}
         row["allocatable_ok"] = node is not None and not allocatable_diff(row["expected"], row["allocatable"])
-        status, wrong = compare_gfd(gfd_expected.get(name), node.labels if node else {})
+        if name in mig_configs:
+            row["mig"] = _mig_row(node.labels if node else {}, mig_configs[name])
+        # The facts GFD's labels are computed from show the layout before a MIG change: checked next run.
+        status, wrong = compare_gfd(None if name in mig_configs else gfd_expected.get(name), node.labels if node else {})
         row["gfd"] = status
         if wrong:
             row["gfd_wrong"] = wrong
@@ -298,8 +322,15 @@ def _read_nodes(cluster: Cluster, report: dict[str, dict[str, Any]], gfd_expecte
             row.pop("gfd_wrong", None)
 
 
+def _mig_ok(row: dict[str, Any]) -> bool:
+    return "mig" not in row or row["mig"]["status"] == "applied"
+
+
 def _settled(row: dict[str, Any]) -> bool:
-    return bool(row["allocatable_ok"]) and row["gfd"] != "wrong"
+    """Nothing more to wait for: right, or a MIG change that failed or that nothing will apply."""
+    if "mig" in row and row["mig"]["status"] in ("failed", "not deployed"):
+        return True
+    return bool(row["allocatable_ok"]) and row["gfd"] != "wrong" and _mig_ok(row)
 
 
 def _shown(value: str | None) -> str:
@@ -309,9 +340,17 @@ def _shown(value: str | None) -> str:
 def problems(name: str, row: dict[str, Any], timeout: int) -> list[str]:
     """What is wrong with one Node, each naming what was expected and what was seen."""
     out = []
+    mig = row.get("mig")
+    if mig and mig["status"] == "failed":
+        out.append(f"{name}: the MIG manager failed to apply {mig['config']} ({MIG_STATE}=failed)")
+    elif mig and mig["status"] == "not deployed":
+        out.append(f"{name}: {MIG_CONFIG} is {mig['config']} but no MIG manager runs there "
+                   f"({MIG_DEPLOY}={_shown(mig['deploy'])})")
+    elif mig and mig["status"] == "pending":
+        out.append(f"{name}: MIG config {mig['config']} not applied after {timeout}s ({MIG_STATE}={_shown(mig['state'])})")
     if not row.get("present", True):
         out.append(f"{name}: no Node of that name in the cluster")
-    else:
+    elif not mig or mig["status"] in ("applied", "pending"):
         for resource, (want, seen) in allocatable_diff(row["expected"], row["allocatable"]).items():
             out.append(f"{name}: {resource} expected {want}, seen {'none' if seen is None else seen} after {timeout}s")
     for item in row.get("gfd_wrong") or []:
@@ -329,15 +368,20 @@ def _leftovers(cluster: Cluster, namespace: str, names: Iterable[str]) -> set[st
 
 def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Settings, clock: Clock,
              gfd_expected: dict[str, dict[str, str] | None] | None = None, check_mode: bool = False,
-             run: str | None = None, parallel: Parallel = in_parallel) -> Result:
-    """Wait for the Nodes, run the smoke tests, report. Raises ApiError when listing Nodes or Jobs fails."""
+             run: str | None = None, parallel: Parallel = in_parallel, mig_configs: dict[str, str] | None = None) -> Result:
+    """Wait for the Nodes, run the smoke tests, report. Raises ApiError when listing Nodes or Jobs fails.
+
+    mig_configs: the Nodes whose MIG config this run set, and the config; each is waited for until its MIG
+    manager reports it applied (expected holds the layout it gives), and fails when it reports `failed` or
+    no MIG manager runs there."""
     gfd_expected = gfd_expected or {}
+    mig_configs = {n: c for n, c in (mig_configs or {}).items() if n in expected}
     report = {name: _new_row(want) for name, want in expected.items()}
     result = Result(nodes=report, timings={})
     started = clock.now()
     deadline = started + settings.timeout
     while True:
-        _read_nodes(cluster, report, gfd_expected)
+        _read_nodes(cluster, report, gfd_expected, mig_configs)
         if check_mode or all(_settled(r) for r in report.values()) or clock.now() >= deadline:
             break
         clock.sleep(settings.poll)
@@ -347,7 +391,7 @@ def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Se
     manifests: dict[str, dict[str, Any]] = {}
     for name, row in sorted(report.items()) if settings.smoke_test else ():
         resource = request_for(row["expected"])
-        if resource is not None and row["allocatable_ok"]:
+        if resource is not None and row["allocatable_ok"] and _mig_ok(row):
             manifests[name] = job_manifest(name, resource, settings, run)
         elif not check_mode:
             row["job"] = "skipped" if resource is None else "not run: allocatable wrong"
@@ -359,7 +403,7 @@ def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Se
     result.timings["smoke_test_s"] = round(clock.now() - started - result.timings["allocatable_s"], 1)
 
     for name, row in report.items():
-        row["ok"] = _settled(row) and row["job"] in JOB_DONE
+        row["ok"] = _settled(row) and _mig_ok(row) and row["job"] in JOB_DONE
         if not row["ok"]:
             result.failed_nodes.append(name)
         if row["gfd"] == "not labelled":

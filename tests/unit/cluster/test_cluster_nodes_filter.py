@@ -111,3 +111,32 @@ def test_cdi_is_on_when_asked_or_when_every_gpu_host_reports_it(hostvars, settin
     nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_cdi": False})
     assert cluster_cdi(nodes, setting) is expected
     assert cluster_cdi({}, "auto") is False
+
+
+def test_expected_resources_follow_the_mig_config_the_manager_applies(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import expected_allocatable
+    nodes = cluster_nodes(["a100"], hostvars, KEYS)
+    assert expected_allocatable(nodes, "mixed", {}, "") == {"a100-node": {
+        "nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2}}
+    all_1g = [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+    assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100-node": all_1g}) == {
+        "a100-node": {"nvidia.com/mig-1g.10gb": 14}}
+    # An entry for another model, or for GPU 1 only: GPU 0 keeps its devices.
+    other = [{"devices": "all", "device-filter": ["0x233010DE"], "mig-enabled": False}]
+    gpu1 = [{"devices": [1], "device-filter": "0x20B510DE", "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}]
+    assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100-node": other})["a100-node"]["nvidia.com/gpu"] == 1
+    assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100-node": gpu1}) == {"a100-node": {
+        "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-7g.80gb": 1}}
+    disabled = [{"devices": "all", "mig-enabled": False}]
+    assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100-node": disabled}) == {"a100-node": {"nvidia.com/gpu": 2}}
+
+
+def test_the_mig_configs_a_run_set_and_their_entries(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import mig_applied, mig_configs_set
+    hv = copy.deepcopy(hostvars)
+    hv["a100"]["gpuops_mig_manager_config"] = "all-1g.10gb"
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    # Only the Nodes whose label changed; the L40S (not MIG-capable) never is.
+    assert mig_configs_set(nodes, "all-disabled", ["a100-node", "h100-a", "l40s"]) == {"a100-node": "all-1g.10gb", "h100-a": "all-disabled"}
+    parted = {"version": "v1", "mig-configs": {"all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
+    assert mig_applied({"a100-node": "all-1g.10gb", "h100-a": "no-such"}, parted) == {"a100-node": parted["mig-configs"]["all-1g.10gb"]}

@@ -434,3 +434,61 @@ def test_a_gfd_label_corrected_while_waiting_passes():
     result = validate(cluster, {"h100": {"nvidia.com/gpu": 8}}, SETTINGS, clock, gfd_expected={"h100": H100_LABELS})
     assert result.msg == "" and result.nodes["h100"]["gfd"] == "matches"
     assert result.timings["allocatable_s"] == 6.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# A MIG config this run set: waited for until the MIG manager reports it applied
+# ---------------------------------------------------------------------------------------------------
+
+MIG_SET = {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb"}
+
+
+def test_a_mig_change_is_waited_for_until_the_manager_says_success():
+    clock = Clock()
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, {"a100": {**MIG_SET, "nvidia.com/mig.config.state": "pending"}})
+    original = cluster.list_nodes
+
+    def manager() -> list[NodeState]:
+        if clock.now() >= 8:  # applied: the new layout advertised, the state says so
+            cluster.nodes["a100"] = {"nvidia.com/mig-1g.10gb": 14}
+            cluster.labels["a100"]["nvidia.com/mig.config.state"] = "success"
+        return original()
+
+    cluster.list_nodes = manager  # type: ignore[method-assign]
+    result = validate(cluster, {"a100": {"nvidia.com/mig-1g.10gb": 14}}, SETTINGS, clock, mig_configs={"a100": "all-1g.10gb"},
+                      gfd_expected={"a100": {"nvidia.com/gpu.product": "from the old layout"}})
+    assert result.msg == ""
+    assert result.timings["allocatable_s"] == 8.0
+    assert result.nodes["a100"]["mig"] == {"config": "all-1g.10gb", "state": "success", "deploy": "true", "status": "applied"}
+    assert result.nodes["a100"]["gfd"] == "not checked"  # the facts show the layout before the change
+    assert result.nodes["a100"]["job"] == "succeeded"
+
+
+def test_resources_right_but_the_state_still_pending_is_not_done():
+    # The old layout can advertise what the new one will (or the manager has not reacted yet): the state decides.
+    clock = Clock()
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, {"a100": {**MIG_SET, "nvidia.com/mig.config": "all-disabled",
+                                                                              "nvidia.com/mig.config.state": "success"}})
+    result = validate(cluster, {"a100": {"nvidia.com/gpu": 2}}, Settings(namespace="ns", timeout=10, smoke_test=False), clock,
+                      mig_configs={"a100": "all-1g.10gb"})
+    assert result.failed_nodes == ["a100"]
+    assert "a100: MIG config all-1g.10gb not applied after 10s (nvidia.com/mig.config.state=success)" in result.msg
+
+
+def test_a_failed_mig_change_fails_at_once_naming_the_config():
+    clock = Clock()
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, {"a100": {**MIG_SET, "nvidia.com/mig.config.state": "failed"}})
+    result = validate(cluster, {"a100": {"nvidia.com/mig-1g.10gb": 14}}, SETTINGS, clock, mig_configs={"a100": "all-1g.10gb"})
+    assert result.failed_nodes == ["a100"]
+    assert "a100: the MIG manager failed to apply all-1g.10gb (nvidia.com/mig.config.state=failed)" in result.msg
+    assert "expected" not in result.msg  # the resources follow from the failure: not listed
+    assert cluster.node_lists == 1 and cluster.created == []
+
+
+def test_a_mig_change_where_no_mig_manager_runs_is_named():
+    clock = Clock()
+    labels = {"a100": {**MIG_SET, "nvidia.com/gpu.deploy.mig-manager": "false"}}
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, labels)
+    result = validate(cluster, {"a100": {"nvidia.com/mig-1g.10gb": 14}}, SETTINGS, clock, mig_configs={"a100": "all-1g.10gb"})
+    assert "a100: nvidia.com/mig.config is all-1g.10gb but no MIG manager runs there (nvidia.com/gpu.deploy.mig-manager=false)" \
+        in result.msg
