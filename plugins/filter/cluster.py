@@ -115,7 +115,7 @@ def mig_parted_config(models: dict, custom: dict) -> dict:
     return cluster.mig_parted_config(models, custom)
 
 
-def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config") -> list:
+def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config", mig_strategy: str = "mixed") -> list:
     models = mig_models(nodes)
     errors = cluster.check_mig_configs("gpuops_mig_manager_configs", custom, models)
     if errors:
@@ -124,7 +124,18 @@ def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_ma
     capable = {n: r for n, r in nodes.items() if cluster_facts.mig_capable(r["info"])}
     selection = {n: (r.get(key) or default) for n, r in capable.items()}
     node_models = {n: sorted(cluster_facts.gpu_models(r["info"])) for n, r in capable.items()}
-    return cluster.check_node_mig_configs(selection, configs, node_models)
+    errors = cluster.check_node_mig_configs(selection, configs, node_models)
+    if errors or mig_strategy != "single":
+        return errors
+    # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.
+    for name, row in sorted(capable.items()):
+        chosen = selection[name]
+        gap = cluster.single_strategy_gap(cluster.apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
+        if gap:
+            errors.append(f"gpuops_device_plugin_mig_strategy: single advertises no GPU on {name}, whose MIG config "
+                          f"{chosen or '(none)'} leaves {gap}; use mixed, or a config with one profile on every GPU "
+                          f"(gpuops_mig_manager_config, all-<profile>)")
+    return errors
 
 
 def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str = "gpuops_device_plugin_config") -> dict:

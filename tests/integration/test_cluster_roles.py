@@ -121,6 +121,10 @@ BAD_INPUT = {
     "ServiceMonitor interval not a duration": (
         {"gpuops_dcgm_exporter_service_monitor_interval": "15 seconds"},
         "gpuops_dcgm_exporter_service_monitor_interval: 15 seconds is not a Prometheus duration such as 15s or 1m"),
+    "single strategy on a partly-MIG node": (
+        {"gpuops_device_plugin_mig_strategy": "single"},
+        "gpuops_device_plugin_mig_strategy: single advertises no GPU on r-a100, whose MIG config lab-a100-gpu0-balanced "
+        "leaves 1 of its 2 GPUs in MIG mode"),
     "relative kubelet root": (
         {"gpuops_cluster_kubelet_root": "var/lib/kubelet"},
         "gpuops_cluster_kubelet_root: var/lib/kubelet is not an absolute path"),

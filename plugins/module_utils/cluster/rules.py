@@ -428,6 +428,23 @@ def apply_mig_config(info: SlimFacts, entries: list) -> SlimFacts:
     return cast(SlimFacts, {**info, "nvml": {**info["nvml"], "gpus": gpus}})
 
 
+def single_strategy_gap(info: SlimFacts) -> str | None:
+    """Why the device plugin's single strategy would advertise nothing on a node in this layout, or None: single
+    needs every GPU in MIG mode, each with devices, all of one profile (or no GPU in MIG mode at all)."""
+    gpus = nvml_gpus(info)
+    mig = [g for g in gpus if g["mig"]["current"]]
+    if not mig:
+        return None
+    if len(mig) != len(gpus):
+        return f"{len(mig)} of its {len(gpus)} GPUs in MIG mode"
+    if any(not g["mig"]["devices"] for g in mig):
+        return "a GPU in MIG mode without MIG devices"
+    profiles = sorted({str(d["profile"]) for g in mig for d in g["mig"]["devices"]})
+    if len(profiles) > 1:
+        return f"MIG devices of {len(profiles)} profiles ({', '.join(profiles)})"
+    return None
+
+
 def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node_models: dict[str, list[str]]) -> list[str]:
     """Each MIG-capable node's chosen config exists and has an entry for its GPUs."""
     errors = []

@@ -140,3 +140,26 @@ def test_the_mig_configs_a_run_set_and_their_entries(hostvars):
     assert mig_configs_set(nodes, "all-disabled", ["a100-node", "h100-a", "l40s"]) == {"a100-node": "all-1g.10gb", "h100-a": "all-disabled"}
     parted = {"version": "v1", "mig-configs": {"all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
     assert mig_applied({"a100-node": "all-1g.10gb", "h100-a": "no-such"}, parted) == {"a100-node": parted["mig-configs"]["all-1g.10gb"]}
+
+
+def test_the_single_strategy_is_refused_where_a_nodes_mig_config_leaves_a_layout_it_cannot_advertise(hostvars):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import mig_errors
+    hv = {h: copy.deepcopy(hostvars[h]) for h in ("a100", "h100-a")}
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    # all-disabled everywhere: no GPU in MIG mode, single advertises whole GPUs.
+    assert mig_errors({}, nodes, "all-disabled", mig_strategy="single") == []
+    hv["a100"]["gpuops_mig_manager_config"] = "all-balanced"
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    errors = mig_errors({}, nodes, "all-disabled", mig_strategy="single")
+    assert errors == ["gpuops_device_plugin_mig_strategy: single advertises no GPU on a100-node, whose MIG config all-balanced "
+                      "leaves MIG devices of 3 profiles (1g.10gb, 2g.20gb, 3g.40gb); use mixed, or a config with one profile "
+                      "on every GPU (gpuops_mig_manager_config, all-<profile>)"]
+    assert mig_errors({}, nodes, "all-disabled", mig_strategy="mixed") == []
+    hv["a100"]["gpuops_mig_manager_config"] = "all-1g.10gb"
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    assert mig_errors({}, nodes, "all-disabled", mig_strategy="single") == []
+    # Half the GPUs in MIG mode (a config for GPU 1 only, GPU 0 left whole).
+    custom = {"gpu1": [{"devices": [1], "mig-enabled": True, "mig-devices": {"7g.80gb": 1}}, {"devices": [0], "mig-enabled": False}]}
+    hv["a100"]["gpuops_mig_manager_config"] = "gpu1"
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
+    assert "leaves 1 of its 2 GPUs in MIG mode" in mig_errors(custom, nodes, "all-disabled", mig_strategy="single")[0]
