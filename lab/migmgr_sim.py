@@ -50,13 +50,13 @@ def apply(profile: dict, configs: dict, name: str) -> dict:
             filters = entry.get("device-filter")
             filters = [filters] if isinstance(filters, str) else list(filters or [])
             if (selected == "all" or (isinstance(selected, list) and index in selected)) and \
-                    (not filters or model.lower() in {str(f).split(":")[0].lower() for f in filters}):
+                    (not filters or model.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}):
                 enabled[index] = bool(entry.get("mig-enabled"))
                 wanted = entry.get("mig-devices") or {} if enabled[index] else {}
                 missing = sorted(set(wanted) - offered)
                 if missing:
                     raise MigError(f"GPU {index} ({gpus['name']}) offers no MIG profile {', '.join(missing)}")
-                devices[index] = [p for p, n in sorted(wanted.items()) for _ in range(int(n))]
+                devices[index] = [name for name, n in sorted(wanted.items()) for copy_ in range(int(n)) if copy_ >= 0]
                 break
     out = copy.deepcopy(profile)
     out["gpus"]["mig_enabled"] = enabled[:count]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import nfd
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuops.nvidia")
@@ -29,7 +30,7 @@ def nfd_blockers(deployments: list, configmaps: list, namespace_labels: dict) ->
         by_ns.setdefault(str(meta.get("namespace", "")), {})[str(meta.get("name", ""))] = cm.get("data") or {}
     reasons: list[str] = []
     for dep in nfd_masters(deployments):
-        found = nfd.master(dep, by_ns.get(str((dep.get("metadata") or {}).get("namespace", "")), {}))
+        found = nfd.master(dep, by_ns.get(str((dep.get("metadata") or {}).get("namespace", "")), {}), yaml.safe_load)
         reasons += nfd.drops_gfd_labels(found, dict(namespace_labels or {}))
     return reasons
 

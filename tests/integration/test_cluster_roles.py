@@ -237,8 +237,8 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     out = " ".join(res.stdout.split())
     assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels not checked" in out, out[-3000:]
     labels = get(kubeconfig, "node", "r-h100")["metadata"]
-    assert {k: labels["labels"].get(k) for k in ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas",
-                                                   "nvidia.com/gpu.sharing-strategy")} == {
+    sharing_keys = ("nvidia.com/gpu.product", "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
+    assert {k: labels["labels"].get(k) for k in sharing_keys} == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED", "nvidia.com/gpu.replicas": "4",
         "nvidia.com/gpu.sharing-strategy": "time-slicing"}
     assert "nvidia.com/gpu.product" in labels["annotations"]["nfd.node.kubernetes.io/feature-labels"].split(",")

@@ -17,9 +17,8 @@ when its config says so (v0.19's nfd-master.go, filterFeatureLabel and the restr
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, TypedDict
-
-import yaml
 
 NVIDIA_NS = "nvidia.com"
 # Label names GFD sets on every GPU node, for the whitelist check (the part after nvidia.com/).
@@ -83,9 +82,10 @@ def _config_map_name(deployment: dict, container: dict, config_file: str) -> str
     return None
 
 
-def master(deployment: dict, configmaps: dict[str, dict]) -> Master:
+def master(deployment: dict, configmaps: dict[str, dict], load: Callable[[str], Any]) -> Master:
     """The nfd-master of a Deployment: its config file (from the ConfigMap mounted for it, configmaps being
-    name -> data of its namespace) with the command-line overrides applied, as nfd-master applies them."""
+    name -> data of its namespace, read with load: a YAML loader) with the command-line overrides applied, as
+    nfd-master applies them."""
     container = _container(deployment) or {}
     words = [str(w) for w in (container.get("command") or []) + (container.get("args") or [])]
     flags = _flags([w for w in words if w.startswith("-") or not w.endswith("nfd-master")])
@@ -94,7 +94,7 @@ def master(deployment: dict, configmaps: dict[str, dict]) -> Master:
     cm = _config_map_name(deployment, container, config_file)
     if cm and cm in configmaps:
         text = (configmaps[cm] or {}).get(config_file.rsplit("/", 1)[-1])
-        loaded = yaml.safe_load(text) if text else None
+        loaded = load(text) if text else None
         config = dict(loaded) if isinstance(loaded, dict) else {}
     for flag, key in (("extra-label-ns", "extraLabelNs"), ("deny-label-ns", "denyLabelNs")):
         if flag in flags:

@@ -421,8 +421,8 @@ def apply_mig_config(info: SlimFacts, entries: list) -> SlimFacts:
                     and entry_applies(entry, filter_id(device_id)):
                 enabled = bool(entry.get("mig-enabled"))
                 gpu["mig"]["current"] = enabled
-                gpu["mig"]["devices"] = [{"profile": name} for name, count in sorted((entry.get("mig-devices") or {}).items())
-                                         for _ in range(int(count))] if enabled else []
+                wanted = sorted((entry.get("mig-devices") or {}).items()) if enabled else []
+                gpu["mig"]["devices"] = [{"profile": name} for name, count in wanted for copy in range(int(count)) if copy >= 0]
                 break
         gpus.append(gpu)
     return cast(SlimFacts, {**info, "nvml": {**info["nvml"], "gpus": gpus}})

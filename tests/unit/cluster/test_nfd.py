@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import nfd
 
 
@@ -19,7 +20,7 @@ def deployment(args=None, image="registry.k8s.io/nfd/node-feature-discovery:v0.1
 
 
 def reasons(dep, conf=None, ns_labels=None):
-    found = nfd.master(dep, {"nfd-master-conf": {"nfd-master.conf": conf}} if conf is not None else {})
+    found = nfd.master(dep, {"nfd-master-conf": {"nfd-master.conf": conf}} if conf is not None else {}, yaml.safe_load)
     return nfd.drops_gfd_labels(found, ns_labels or {"kubernetes.io/metadata.name": "gpu-operator"})
 
 
@@ -71,5 +72,5 @@ def test_a_release_without_the_nodefeature_api_by_default_is_named():
 def test_a_config_file_elsewhere_is_read_from_its_mount():
     dep = deployment(["-config=/etc/nfd/master.yaml"])
     dep["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "conf", "mountPath": "/etc/nfd"}]
-    found = nfd.master(dep, {"nfd-master-conf": {"master.yaml": "noPublish: true\n"}})
+    found = nfd.master(dep, {"nfd-master-conf": {"master.yaml": "noPublish: true\n"}}, yaml.safe_load)
     assert found["config"] == {"noPublish": True}

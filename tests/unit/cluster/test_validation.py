@@ -467,8 +467,8 @@ def test_a_mig_change_is_waited_for_until_the_manager_says_success():
 def test_resources_right_but_the_state_still_pending_is_not_done():
     # The old layout can advertise what the new one will (or the manager has not reacted yet): the state decides.
     clock = Clock()
-    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, {"a100": {**MIG_SET, "nvidia.com/mig.config": "all-disabled",
-                                                                              "nvidia.com/mig.config.state": "success"}})
+    before = {**MIG_SET, "nvidia.com/mig.config": "all-disabled", "nvidia.com/mig.config.state": "success"}
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/gpu": 2}}, {"a100": before})
     result = validate(cluster, {"a100": {"nvidia.com/gpu": 2}}, Settings(namespace="ns", timeout=10, smoke_test=False), clock,
                       mig_configs={"a100": "all-1g.10gb"})
     assert result.failed_nodes == ["a100"]

@@ -224,9 +224,8 @@ def test_a_relist_drops_the_resources_of_pods_that_went_unseen():
 
 
 def test_an_mps_config_advertises_nothing_until_the_mps_daemon_runs_on_the_node():
-    api = FakeCoreV1({"n1": "l40s", "n2": "l40s"}, labels={"n1": {"nvidia.com/device-plugin.config": "mps-2"},
-                                                         "n2": {"nvidia.com/device-plugin.config": "mps-2"}},
-                     configmaps={("gpu", "cfgs"): {"mps-2": MPS2}})
+    mps = {"nvidia.com/device-plugin.config": "mps-2"}
+    api = FakeCoreV1({"n1": "l40s", "n2": "l40s"}, labels={"n1": mps, "n2": mps}, configmaps={("gpu", "cfgs"): {"mps-2": MPS2}})
     sim = Simulator(api)
     sim.observe(_mps_daemon("m2", "n2"))  # on the other node: does not count for n1
     sim.observe(_pod("p1", "n1", configmap="cfgs"))
