@@ -56,7 +56,7 @@ def apply(profile: dict, configs: dict, name: str) -> dict:
                 missing = sorted(set(wanted) - offered)
                 if missing:
                     raise MigError(f"GPU {index} ({gpus['name']}) offers no MIG profile {', '.join(missing)}")
-                devices[index] = [name for name, n in sorted(wanted.items()) for copy_ in range(int(n)) if copy_ >= 0]
+                devices[index] = [name for name, n in sorted(wanted.items()) for i in range(int(n))]
                 break
     out = copy.deepcopy(profile)
     out["gpus"]["mig_enabled"] = enabled[:count]

@@ -422,7 +422,7 @@ def apply_mig_config(info: SlimFacts, entries: list) -> SlimFacts:
                 enabled = bool(entry.get("mig-enabled"))
                 gpu["mig"]["current"] = enabled
                 wanted = sorted((entry.get("mig-devices") or {}).items()) if enabled else []
-                gpu["mig"]["devices"] = [{"profile": name} for name, count in wanted for copy in range(int(count)) if copy >= 0]
+                gpu["mig"]["devices"] = [{"profile": name} for name, count in wanted for i in range(int(count))]
                 break
         gpus.append(gpu)
     return cast(SlimFacts, {**info, "nvml": {**info["nvml"], "gpus": gpus}})

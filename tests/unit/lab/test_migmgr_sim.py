@@ -100,3 +100,13 @@ def test_a_config_that_cannot_be_applied_fails_and_keeps_the_layout():
     # The annotation taken off and another config asked for: applied.
     sim.node_changed(_obj(metadata=_obj(name="n1", labels={"nvidia.com/mig.config": "all-disabled"}, annotations={})))
     assert api.states[-1] == ("n1", "success") and api.patches[-1][1]["nvidia.com/gpu"] == "2"
+
+
+@pytest.mark.parametrize("name", ["all-disabled", "all-1g.10gb", "gpu1-7g", "other-model"])
+def test_the_lab_and_the_collection_agree_on_the_layout_a_config_gives(info_of, name):
+    # Two readings of mig-parted's rule (the first entry that selects a GPU): the lab's, on the profile, and the
+    # collection's (validation's expectation), on gpu_info.
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes, expected_allocatable
+    lab = advertised(migmgr_sim.apply(load_profile("a100-pcie-mig"), CONFIGS, name), "mixed")
+    nodes = cluster_nodes(["a100"], {"a100": {"gpuops_gpu_info": info_of("a100-pcie-mig")}}, {"gpuops_device_plugin_config": ""})
+    assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100": CONFIGS[name]})["a100"] == lab
