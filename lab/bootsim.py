@@ -14,6 +14,9 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   written to proc/modules; a GPU planted as bound to a driver that did not load is left unbound.
 - The NVLink fabric starts over: the fake NVML's fabric state goes back to the profile's (not_started on
   an NVSwitch board), until Fabric Manager (the lab's stand-in, lab/fabricsim.py) sets it up again.
+- MIG: where the fake NVML recorded MIG changes (nvml/migstate), a pending MIG mode takes effect and every
+  GPU instance is gone, as after a GPU reset or reboot (MIG mode persists, instances do not). Without
+  that file the profile's MIG devices stand for a layout the host's boot restored.
 - The nvidia module is looked for in /lib/modules/<boot kernel> (a DKMS build, a precompiled package).
   What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
   a module found and not blacklisted becomes the loaded kernel module: its version and flavour go to
@@ -216,6 +219,23 @@ def unbind(hw: str, bus_ids: list, driver: str) -> list:
     return done
 
 
+def reset_mig(hw: str) -> bool:
+    """Apply pending MIG modes and drop the GPU instances in the fake NVML's MIG state; False when there is none."""
+    path = os.path.join(hw, "nvml/migstate")
+    if not os.path.isfile(path):
+        return False
+    lines = []
+    with open(path) as handle:
+        for line in handle:
+            if line.startswith("mode="):
+                index, _current, pending = line.strip()[len("mode="):].split("|")
+                lines.append(f"mode={index}|{pending}|{pending}\n")
+    with open(path + ".tmp", "w") as handle:
+        handle.writelines(lines)
+    os.replace(path + ".tmp", path)
+    return True
+
+
 def boot(hw: str = HW_ROOT, root: str = "/", runner: Runner = run) -> dict:
     """One boot: decide the kernel and the modules, write the simulated procfs and sysfs, return the record."""
     with open(os.path.join(hw, SPEC_NAME)) as handle:
@@ -235,6 +255,7 @@ def boot(hw: str = HW_ROOT, root: str = "/", runner: Runner = run) -> dict:
     if spec.get("fabric") and os.path.isdir(os.path.join(hw, "nvml")):
         with open(os.path.join(hw, "nvml/fabric"), "w") as handle:
             handle.write(spec["fabric"] + "\n")
+    mig_reset = reset_mig(hw)
     nvidia = find_nvidia(root, kernel)
     nvidia_info = {"path": nvidia, **module_info(nvidia, runner)} if nvidia else None
     loads = bool(nvidia_info) and modules.get("nvidia", {}).get("loaded", False)
@@ -244,6 +265,7 @@ def boot(hw: str = HW_ROOT, root: str = "/", runner: Runner = run) -> dict:
         "modprobe_config_read": rc == 0,
         "initramfs": {"path": image, "read": initramfs is not None, **(initramfs or {})} if os.path.isfile(image) else None,
         "unbound": unbound,
+        "mig_reset": mig_reset,
         "nvidia": nvidia_info,
         "driver_loaded": load_driver(hw, nvidia_info) if loads and nvidia_info else False,
     }

@@ -64,14 +64,49 @@ def load_profile(name: str) -> dict:
     return data
 
 
+def _placements(gpus: dict, name: str, slices: int) -> tuple[list[int], int]:
+    """(starts, size) of a MIG profile's placements: the profile's `mig_placements`, else size = slices at its multiples."""
+    given = (gpus.get("mig_placements") or {}).get(name)
+    if given:
+        starts, _sep, size = str(given).partition("/")
+        return [int(x) for x in starts.split(",")], int(size)
+    size = max(slices, 1)
+    return list(range(0, 8 - size + 1, size)), size
+
+
 def _mig_profile_table(gpus: dict) -> dict[str, dict]:
-    """The profile's MIG profile lines by name: index, id, slices, instances, ..., as fake_nvml.c reads them."""
+    """The profile's MIG profile lines by name: index, id, slices, instances, placements, as fake_nvml.c reads them."""
     table = {}
     for entry in gpus.get("mig_profiles") or []:
         fields = entry.split()
+        starts, size = _placements(gpus, fields[-1], int(fields[2]))
         table[fields[-1]] = {"index": int(fields[0]), "id": int(fields[1]), "slices": int(fields[2]),
-                             "instances": int(fields[3])}
+                             "instances": int(fields[3]), "starts": starts, "size": size}
     return table
+
+
+def place(sizes_starts: list[tuple[list[int], int]]) -> list[int] | None:
+    """A start for each GPU instance (its possible starts, its size) such that none overlap, or None."""
+    order = sorted(range(len(sizes_starts)), key=lambda i: -sizes_starts[i][1])
+    chosen: dict[int, int] = {}
+
+    def fits(i: int, start: int) -> bool:
+        size = sizes_starts[i][1]
+        return all(start + size <= s or s + sizes_starts[j][1] <= start for j, s in chosen.items())
+
+    def search(k: int) -> bool:
+        if k == len(order):
+            return True
+        i = order[k]
+        for start in sizes_starts[i][0]:
+            if fits(i, start):
+                chosen[i] = start
+                if search(k + 1):
+                    return True
+                del chosen[i]
+        return False
+
+    return [chosen[i] for i in range(len(sizes_starts))] if search(0) else None
 
 
 def mig_layout(gpus: dict, profile_name: str = "?") -> list[list[dict]]:
@@ -99,10 +134,13 @@ def mig_layout(gpus: dict, profile_name: str = "?") -> list[list[dict]]:
             used[gi_name] = used.get(gi_name, 0) + 1
             if used[gi_name] > entry["instances"]:
                 raise LabError(f"{where}: more than {entry['instances']} instances of {gi_name}")
-            devices.append({"profile_index": entry["index"], "slices": entry["slices"], "ci_slices": ci_slices})
-        capacity = max((e["slices"] for e in table.values()), default=0)
-        if sum(d["slices"] for d in devices) > capacity:
-            raise LabError(f"{where}: the MIG devices need more than the GPU's {capacity} slices")
+            devices.append({"profile_index": entry["index"], "slices": entry["slices"], "ci_slices": ci_slices,
+                            "placements": (entry["starts"], entry["size"])})
+        starts = place([d.pop("placements") for d in devices])
+        if starts is None:
+            raise LabError(f"{where}: the MIG devices do not fit the GPU's slices together (no placement holds them all)")
+        for dev, start in zip(devices, starts, strict=True):
+            dev["start"] = start
         layout.append(devices)
     return layout
 
@@ -180,13 +218,15 @@ def nvml_conf(profile: dict, machine: str) -> str:
             ]
             lines.append("gpu=" + "|".join(str(f) for f in fields))
             for entry in gpus.get("mig_profiles") or []:
-                lines.append(f"profile={i}|" + "|".join(entry.split()))
+                fields = entry.split()
+                starts, size = _placements(gpus, fields[-1], int(fields[2]))
+                lines.append(f"profile={i}|" + "|".join(fields) + f"|{','.join(map(str, starts))}/{size}")
         for i, devices in enumerate(mig_layout(gpus)):
             for slot, dev in enumerate(devices):
                 # GPU-instance ids start at 1 here, so a slot is never mistaken for an id; the first
                 # compute instance of a GPU instance has id 0, as in NVML.
                 mig_uuid = "MIG-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{machine}.gpu{i}.mig{slot}.gpuops-lab"))
-                lines.append(f"mig={i}|{slot}|{dev['profile_index']}|{dev['ci_slices']}|{slot + 1}|0|{mig_uuid}")
+                lines.append(f"mig={i}|{slot}|{dev['profile_index']}|{dev['ci_slices']}|{slot + 1}|0|{mig_uuid}|{dev['start']}")
     return "\n".join(lines) + "\n"
 
 

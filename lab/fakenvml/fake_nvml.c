@@ -13,9 +13,20 @@
  *   driver_version=550.54.15  nvml_version=12.550.54.15  cuda_version=12040
  *   gpu=INDEX|UUID|NAME|BUS_ID|PCI_DEVICE_ID|SUBSYS_ID|MEMORY_MIB|CC_MAJOR|CC_MINOR|PERSISTENCE|MIG_CAPABLE|MIG_CURRENT|MIG_PENDING
  *   profile=GPU_INDEX|PROFILE|ID|SLICES|INSTANCES|SMS|CE|DEC|ENC|JPEG|OFA|MEMORY_MB|NAME
- *   mig=GPU_INDEX|SLOT|PROFILE|CI_SLICES|GI_ID|CI_ID|UUID
- *                       (a MIG device: a GPU instance of that profile, holding one compute
- *                        instance of CI_SLICES slices; SLOT is its MIG device index)
+ *   profile=...|NAME|PLACEMENTS  (optional: "0,2,4/2", the starts and size of the profile's
+ *                        placements among the GPU's memory slices; without it, size = SLICES and
+ *                        the starts are its multiples)
+ *   mig=GPU_INDEX|SLOT|PROFILE|CI_SLICES|GI_ID|CI_ID|UUID|START
+ *                       (a MIG device: a GPU instance of that profile placed at START, holding one
+ *                        compute instance of CI_SLICES slices; SLOT is its MIG device index)
+ *
+ * MIG changes (nvmlDeviceSetMigMode, GPU and compute instances created and destroyed) are kept in
+ * "migstate" beside nvml.conf, in the same mig= lines and a mode=GPU_INDEX|CURRENT|PENDING line per GPU:
+ * when the file exists it replaces nvml.conf's MIG modes and devices, so every later caller (gpu_info, a
+ * new process) sees them. A GPU's MIG mode changes at once unless another process holds the GPU open
+ * ("dev/nvidia<INDEX>" beside nvml.conf, the lab's stand-in for /dev/nvidiaN, found through /proc/PID/fd):
+ * then the change is left pending (activation status IN_USE), as on a real GPU in use, until the lab's
+ * boot (lab/bootsim.py) applies it and, as a reset does, drops every GPU instance.
  *
  * "fabric", beside nvml.conf and read at every call, holds the NVLink fabric state of every GPU, as
  * nvmlDeviceGetGpuFabricInfo reports it: "STATE STATUS" (STATE not_started, in_progress or completed;
@@ -27,10 +38,14 @@
  * belongs to, and a handle of the wrong kind is refused.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <stddef.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 enum {
@@ -41,12 +56,15 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_UNKNOWN = 999,
 };
 
 #define MAX_GPUS 16
 #define MAX_PROFILES 32
 #define MAX_MIG 8
+#define MAX_PLACEMENTS 8
 
 typedef struct {
     unsigned int version, id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount;
@@ -83,6 +101,7 @@ struct fake_profile {
     unsigned int id, slices, instances, sms, ce, dec, enc, jpeg, ofa;
     unsigned long long memory_mb;
     char name[96];
+    unsigned int starts[MAX_PLACEMENTS], nstarts, size;
 };
 
 typedef struct {
@@ -101,7 +120,7 @@ typedef struct {
     nvmlPlacement_t placement;
 } nvmlGpuInstanceInfo_t;
 
-enum handle_kind { KIND_GPU = 0x67707521, KIND_MIG, KIND_GI };
+enum handle_kind { KIND_GPU = 0x67707521, KIND_MIG, KIND_GI, KIND_CI };
 
 struct fake_mig;
 struct handle {
@@ -109,12 +128,13 @@ struct handle {
     struct fake_mig *mig;
 };
 
+/* A GPU instance (used) and its compute instance (has_ci; ci_slices, ci_id, uuid): together one MIG device. */
 struct fake_mig {
-    int used;
-    unsigned int profile, ci_slices, gi_id, ci_id;
+    int used, has_ci;
+    unsigned int profile, ci_slices, gi_id, ci_id, start;
     char uuid[96];
     struct fake_gpu *parent;
-    struct handle device, gi;
+    struct handle device, gi, ci;
 };
 
 struct fake_gpu {
@@ -169,8 +189,9 @@ static void parse_gpu(char *value) {
 }
 
 static void parse_profile(char *value) {
-    char *f[13];
-    if (split_fields(value, f, 13) != 13) return;
+    char *f[14];
+    int n = split_fields(value, f, 14);
+    if (n < 13) return;
     unsigned int gi = (unsigned int)atoi(f[0]), p = (unsigned int)atoi(f[1]);
     if (gi >= MAX_GPUS || p >= MAX_PROFILES) return;
     struct fake_profile *pr = &gpus[gi].profiles[p];
@@ -186,15 +207,28 @@ static void parse_profile(char *value) {
     pr->ofa = (unsigned int)atoi(f[10]);
     pr->memory_mb = strtoull(f[11], NULL, 10);
     copy_field(pr->name, sizeof pr->name, f[12]);
+    pr->nstarts = 0;
+    if (n == 14) {  /* "0,2,4/2" */
+        char *slash = strchr(f[13], '/');
+        pr->size = slash ? (unsigned int)atoi(slash + 1) : pr->slices;
+        for (char *p = f[13]; p && *p && *p != '/' && pr->nstarts < MAX_PLACEMENTS; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+            pr->starts[pr->nstarts++] = (unsigned int)atoi(p);
+    } else {
+        pr->size = pr->slices ? pr->slices : 1;
+        for (unsigned int st = 0; st + pr->size <= 8 && pr->nstarts < MAX_PLACEMENTS; st += pr->size) pr->starts[pr->nstarts++] = st;
+    }
 }
 
 static void parse_mig(char *value) {
-    char *f[7];
-    if (split_fields(value, f, 7) != 7) return;
+    char *f[8];
+    int n = split_fields(value, f, 8);
+    if (n < 7) return;
     unsigned int gi = (unsigned int)atoi(f[0]), slot = (unsigned int)atoi(f[1]);
     if (gi >= MAX_GPUS || slot >= MAX_MIG) return;
     struct fake_mig *m = &gpus[gi].migs[slot];
     m->used = 1;
+    m->has_ci = strcmp(f[5], "-") != 0;
+    m->start = n == 8 ? (unsigned int)atoi(f[7]) : 0;
     m->profile = (unsigned int)atoi(f[2]);
     m->ci_slices = (unsigned int)atoi(f[3]);
     m->gi_id = (unsigned int)atoi(f[4]);
@@ -211,27 +245,38 @@ static void link_handles(void) {
             m->parent = &gpus[i];
             m->device = (struct handle){KIND_MIG, m};
             m->gi = (struct handle){KIND_GI, m};
+            m->ci = (struct handle){KIND_CI, m};
         }
     }
 }
 
-/* A file beside this library (nvml.conf, fabric). */
-static FILE *open_beside(const char *name) {
+/* The path of a file beside this library (nvml.conf, fabric, migstate); 0 when it cannot be known. */
+static int path_beside(const char *name, char *path, size_t size) {
     Dl_info info;
-    char path[4096];
-    if (!dladdr((void *)open_beside, &info) || !info.dli_fname) return NULL;
-    copy_field(path, sizeof path, info.dli_fname);
+    if (!dladdr((void *)path_beside, &info) || !info.dli_fname) return 0;
+    copy_field(path, size, info.dli_fname);
     char *slash = strrchr(path, '/');
     if (slash) *(slash + 1) = '\0'; else path[0] = '\0';
-    strncat(path, name, sizeof path - strlen(path) - 1);
-    return fopen(path, "r");
+    strncat(path, name, size - strlen(path) - 1);
+    return 1;
 }
 
-static int load_profile(void) {
-    FILE *fp = open_beside("nvml.conf");
-    if (!fp) return -1;
-    memset(gpus, 0, sizeof gpus);
-    gpu_count = 0;
+static FILE *open_beside(const char *name) {
+    char path[4096];
+    return path_beside(name, path, sizeof path) ? fopen(path, "r") : NULL;
+}
+
+static void parse_mode(char *value) {
+    char *f[3];
+    if (split_fields(value, f, 3) != 3) return;
+    unsigned int i = (unsigned int)atoi(f[0]);
+    if (i >= MAX_GPUS) return;
+    gpus[i].mig_current = (unsigned int)atoi(f[1]);
+    gpus[i].mig_pending = (unsigned int)atoi(f[2]);
+}
+
+/* Read "key=value" lines; with state set, only the MIG state (mode= and mig=) is taken. */
+static void read_lines(FILE *fp, int state) {
     char line[1024];
     while (fgets(line, sizeof line, fp)) {
         line[strcspn(line, "\r\n")] = '\0';
@@ -239,17 +284,87 @@ static int load_profile(void) {
         if (!eq || line[0] == '#') continue;
         *eq = '\0';
         char *key = line, *value = eq + 1;
-        if (!strcmp(key, "driver_loaded")) driver_loaded = atoi(value);
+        if (!strcmp(key, "mig")) parse_mig(value);
+        else if (!strcmp(key, "mode")) { if (state) parse_mode(value); }
+        else if (state) continue;
+        else if (!strcmp(key, "driver_loaded")) driver_loaded = atoi(value);
         else if (!strcmp(key, "driver_version")) copy_field(driver_version, sizeof driver_version, value);
         else if (!strcmp(key, "nvml_version")) copy_field(nvml_version, sizeof nvml_version, value);
         else if (!strcmp(key, "cuda_version")) cuda_version = atoi(value);
         else if (!strcmp(key, "gpu")) parse_gpu(value);
         else if (!strcmp(key, "profile")) parse_profile(value);
-        else if (!strcmp(key, "mig")) parse_mig(value);
     }
+}
+
+static int load_profile(void) {
+    FILE *fp = open_beside("nvml.conf");
+    if (!fp) return -1;
+    memset(gpus, 0, sizeof gpus);
+    gpu_count = 0;
+    read_lines(fp, 0);
     fclose(fp);
+    FILE *st = open_beside("migstate");
+    if (st) {  /* what MIG calls changed since: it replaces the profile's MIG devices */
+        for (unsigned int i = 0; i < MAX_GPUS; i++) memset(gpus[i].migs, 0, sizeof gpus[i].migs);
+        read_lines(st, 1);
+        fclose(st);
+    }
     link_handles();
     return 0;
+}
+
+/* Write the MIG state of every GPU to migstate, whole, through a rename. */
+static nvmlReturn_t save_state(void) {
+    char path[4096], tmp[4200];
+    if (!path_beside("migstate", path, sizeof path)) return NVML_ERROR_UNKNOWN;
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *fp = fopen(tmp, "w");
+    if (!fp) return NVML_ERROR_UNKNOWN;
+    for (unsigned int i = 0; i < gpu_count; i++) {
+        fprintf(fp, "mode=%u|%u|%u\n", i, gpus[i].mig_current, gpus[i].mig_pending);
+        for (unsigned int s = 0; s < MAX_MIG; s++) {
+            struct fake_mig *m = &gpus[i].migs[s];
+            if (!m->used) continue;
+            /* A GPU instance without a compute instance yet: CI_ID is "-". */
+            if (m->has_ci) fprintf(fp, "mig=%u|%u|%u|%u|%u|%u|%s|%u\n", i, s, m->profile, m->ci_slices, m->gi_id, m->ci_id, m->uuid, m->start);
+            else fprintf(fp, "mig=%u|%u|%u|0|%u|-|-|%u\n", i, s, m->profile, m->gi_id, m->start);
+        }
+    }
+    if (fclose(fp) != 0 || rename(tmp, path) != 0) { unlink(tmp); return NVML_ERROR_UNKNOWN; }
+    return NVML_SUCCESS;
+}
+
+/* Whether a process other than this one holds GPU index open (its stand-in device file, through /proc). */
+static int gpu_in_use(unsigned int index) {
+    char dev[4096], name[32];
+    snprintf(name, sizeof name, "dev/nvidia%u", index);
+    if (!path_beside(name, dev, sizeof dev)) return 0;
+    DIR *proc = opendir("/proc");
+    if (!proc) return 0;
+    int found = 0;
+    pid_t self = getpid();
+    struct dirent *p;
+    while (!found && (p = readdir(proc))) {
+        char *end;
+        long pid = strtol(p->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == self) continue;
+        char fddir[64];
+        snprintf(fddir, sizeof fddir, "/proc/%ld/fd", pid);
+        DIR *fds = opendir(fddir);
+        if (!fds) continue;
+        struct dirent *f;
+        while (!found && (f = readdir(fds))) {
+            char link[600], target[4096];
+            snprintf(link, sizeof link, "%s/%s", fddir, f->d_name);
+            ssize_t n = readlink(link, target, sizeof target - 1);
+            if (n <= 0) continue;
+            target[n] = '\0';
+            found = !strcmp(target, dev);
+        }
+        closedir(fds);
+    }
+    closedir(proc);
+    return found;
 }
 
 static nvmlReturn_t copy_out(char *dst, unsigned int length, const char *src) {
@@ -443,7 +558,7 @@ nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(void *h, unsigned int index, vo
     if (!mig || index >= MAX_MIG) return NVML_ERROR_INVALID_ARGUMENT;
     if (!GPU(h)->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
     struct fake_mig *m = &GPU(h)->migs[index];
-    if (!GPU(h)->mig_current || !m->used) return NVML_ERROR_NOT_FOUND;
+    if (!GPU(h)->mig_current || !m->used || !m->has_ci) return NVML_ERROR_NOT_FOUND;
     *mig = &m->device;
     return NVML_SUCCESS;
 }
@@ -503,7 +618,8 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(void *h, nvmlGpuInstanceInfo_t *info) {
     info->id = m->gi_id;
     /* NVML reports the profile's id (the one nvidia-smi shows), not its index. */
     info->profileId = m->parent->profiles[m->profile].id;
-    info->placement.size = m->parent->profiles[m->profile].slices;
+    info->placement.start = m->start;
+    info->placement.size = m->parent->profiles[m->profile].size;
     return NVML_SUCCESS;
 }
 
@@ -553,7 +669,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, void **device) {
             return NVML_SUCCESS;
         }
         for (unsigned int s = 0; s < MAX_MIG; s++) {
-            if (gpus[i].migs[s].used && !strcmp(gpus[i].migs[s].uuid, uuid)) {
+            if (gpus[i].migs[s].used && gpus[i].migs[s].has_ci && !strcmp(gpus[i].migs[s].uuid, uuid)) {
                 *device = &gpus[i].migs[s].device;
                 return NVML_SUCCESS;
             }
@@ -593,4 +709,171 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void *h, nvmlGpuFabricInfo_t *info) {
         for (unsigned int i = 0; i < sizeof info->clusterUuid; i++) info->clusterUuid[i] = (unsigned char)(0x10 + i);
     }
     return NVML_SUCCESS;
+}
+
+/* MIG changes: the mode, GPU instances at a placement, one compute instance per GPU instance. */
+typedef struct {
+    unsigned int id, sliceCount, instanceCount, multiprocessorCount, sharedCopyEngineCount;
+    unsigned int sharedDecoderCount, sharedEncoderCount, sharedJpegCount, sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+/* NVML_COMPUTE_INSTANCE_PROFILE_*: the compute instance's slices by profile enum. */
+static const unsigned int CI_SLICES[] = {1, 2, 3, 4, 7, 8, 6};
+#define CI_PROFILE_COUNT (sizeof CI_SLICES / sizeof CI_SLICES[0])
+
+nvmlReturn_t nvmlDeviceSetMigMode(void *h, unsigned int mode, nvmlReturn_t *activationStatus) {
+    NEED_GPU(h);
+    if (!activationStatus || mode > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_gpu *g = GPU(h);
+    if (!g->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int s = 0; s < MAX_MIG; s++)
+        if (g->migs[s].used && !mode) return NVML_ERROR_IN_USE;  /* GPU instances must go first */
+    g->mig_pending = mode;
+    if (g->mig_current != mode && gpu_in_use((unsigned int)(g - gpus))) *activationStatus = NVML_ERROR_IN_USE;
+    else {
+        g->mig_current = mode;
+        *activationStatus = NVML_SUCCESS;
+    }
+    return save_state();
+}
+
+/* The GPU-instance profile by its NVML id (what the create and placement calls take). */
+static struct fake_profile *profile_by_id(struct fake_gpu *g, unsigned int id, unsigned int *index) {
+    for (unsigned int p = 0; p < MAX_PROFILES; p++)
+        if (g->profiles[p].used && g->profiles[p].id == id) {
+            if (index) *index = p;
+            return &g->profiles[p];
+        }
+    return NULL;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(void *h, unsigned int id, nvmlPlacement_t *placements, unsigned int *count) {
+    NEED_GPU(h);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!GPU(h)->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    struct fake_profile *p = profile_by_id(GPU(h), id, NULL);
+    if (!p) return NVML_ERROR_NOT_SUPPORTED;
+    if (!placements) { *count = p->nstarts; return NVML_SUCCESS; }
+    if (*count < p->nstarts) { *count = p->nstarts; return NVML_ERROR_INSUFFICIENT_SIZE; }
+    for (unsigned int i = 0; i < p->nstarts; i++) placements[i] = (nvmlPlacement_t){p->starts[i], p->size};
+    *count = p->nstarts;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(void *h, unsigned int id, const nvmlPlacement_t *placement, void **gi) {
+    NEED_GPU(h);
+    if (!placement || !gi) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_gpu *g = GPU(h);
+    if (!g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int index;
+    struct fake_profile *p = profile_by_id(g, id, &index);
+    if (!p) return NVML_ERROR_NOT_SUPPORTED;
+    int valid = 0;
+    for (unsigned int i = 0; i < p->nstarts; i++) valid |= p->starts[i] == placement->start && p->size == placement->size;
+    if (!valid) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int same = 0, free_slot = MAX_MIG, gi_id = 1;
+    for (unsigned int s = 0; s < MAX_MIG; s++) {
+        struct fake_mig *m = &g->migs[s];
+        if (!m->used) { if (free_slot == MAX_MIG) free_slot = s; continue; }
+        struct fake_profile *q = &g->profiles[m->profile];
+        if (placement->start < m->start + q->size && m->start < placement->start + p->size) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+        same += m->profile == index;
+    }
+    if (same >= p->instances || free_slot == MAX_MIG) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    for (int taken = 1; taken; ) {  /* the lowest GPU-instance id not in use */
+        taken = 0;
+        for (unsigned int s = 0; s < MAX_MIG; s++) if (g->migs[s].used && g->migs[s].gi_id == gi_id) { taken = 1; gi_id++; }
+    }
+    struct fake_mig *m = &g->migs[free_slot];
+    m->used = 1;
+    m->has_ci = 0;
+    m->profile = index;
+    m->start = placement->start;
+    m->gi_id = gi_id;
+    *gi = &m->gi;
+    return save_state();
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstances(void *h, unsigned int id, void **instances, unsigned int *count) {
+    NEED_GPU(h);
+    if (!instances || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_gpu *g = GPU(h);
+    if (!g->mig_current) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int index, n = 0;
+    if (!profile_by_id(g, id, &index)) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int s = 0; s < MAX_MIG; s++) {
+        if (!g->migs[s].used || g->migs[s].profile != index) continue;
+        if (n >= *count) return NVML_ERROR_INSUFFICIENT_SIZE;
+        instances[n++] = &g->migs[s].gi;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceDestroy(void *h) {
+    NEED_HANDLE(m, h, KIND_GI);
+    if (m->has_ci) return NVML_ERROR_IN_USE;  /* its compute instances go first */
+    memset(m, 0, offsetof(struct fake_mig, parent));
+    return save_state();
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(void *h, unsigned int profile, unsigned int engine, nvmlComputeInstanceProfileInfo_t *info) {
+    NEED_HANDLE(m, h, KIND_GI);
+    if (!info || engine != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_profile *p = &m->parent->profiles[m->profile];
+    if (profile >= CI_PROFILE_COUNT || CI_SLICES[profile] > p->slices) return NVML_ERROR_NOT_SUPPORTED;
+    memset(info, 0, sizeof *info);
+    info->id = profile;
+    info->sliceCount = CI_SLICES[profile];
+    info->instanceCount = p->slices / CI_SLICES[profile];
+    info->multiprocessorCount = p->sms * CI_SLICES[profile] / p->slices;
+    info->sharedCopyEngineCount = p->ce;
+    info->sharedDecoderCount = p->dec;
+    info->sharedEncoderCount = p->enc;
+    info->sharedJpegCount = p->jpeg;
+    info->sharedOfaCount = p->ofa;
+    return NVML_SUCCESS;
+}
+
+/* One compute instance per GPU instance: the lab's MIG devices are pairs (see struct fake_mig). */
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void *h, unsigned int profile, void **ci) {
+    NEED_HANDLE(m, h, KIND_GI);
+    if (!ci) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_profile *p = &m->parent->profiles[m->profile];
+    if (profile >= CI_PROFILE_COUNT || CI_SLICES[profile] > p->slices) return NVML_ERROR_NOT_SUPPORTED;
+    if (m->has_ci) return NVML_ERROR_INSUFFICIENT_RESOURCES;
+    m->has_ci = 1;
+    m->ci_slices = CI_SLICES[profile];
+    m->ci_id = 0;
+    /* A new UUID for every new device, as the driver gives one. */
+    unsigned long long hash = 1469598103934665603ULL;
+    for (const char *c = m->parent->uuid; *c; c++) hash = (hash ^ (unsigned char)*c) * 1099511628211ULL;
+    hash ^= ((unsigned long long)m->gi_id << 40) ^ ((unsigned long long)m->start << 32) ^ (unsigned long long)m->profile;
+    FILE *ur = fopen("/proc/sys/kernel/random/uuid", "r");
+    char rnd[40] = "00000000-0000-0000-0000-000000000000";
+    if (ur) { if (!fgets(rnd, sizeof rnd, ur)) rnd[0] = '0'; fclose(ur); }
+    rnd[strcspn(rnd, "\n")] = '\0';
+    snprintf(m->uuid, sizeof m->uuid, "MIG-%08llx%s", hash & 0xffffffffULL, rnd + 8);
+    *ci = &m->ci;
+    return save_state();
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(void *h, unsigned int profile, void **instances, unsigned int *count) {
+    NEED_HANDLE(m, h, KIND_GI);
+    if (!instances || !count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (profile >= CI_PROFILE_COUNT) return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int n = m->has_ci && m->ci_slices == CI_SLICES[profile];
+    if (n > *count) return NVML_ERROR_INSUFFICIENT_SIZE;
+    if (n) instances[0] = &m->ci;
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceDestroy(void *h) {
+    NEED_HANDLE(m, h, KIND_CI);
+    m->has_ci = 0;
+    m->ci_slices = 0;
+    m->ci_id = 0;
+    m->uuid[0] = '\0';
+    return save_state();
 }

@@ -327,7 +327,8 @@ def test_a_compute_instance_smaller_than_its_gpu_instance_is_named_for_both(tmp_
         ([["5g.50gb"], []], r"'5g.50gb' is not one of this GPU's MIG profiles \(1g.10gb, 1g.10gb\+me"),
         ([[], ["1g.10gb"]], r"mig_devices\[1\]: GPU 1 does not have MIG enabled"),
         ([["4g.40gb", "4g.40gb"], []], "more than 1 instances of 4g.40gb"),
-        ([["4g.40gb", "3g.40gb", "1g.10gb"], []], "need more than the GPU's 7 slices"),
+        ([["4g.40gb", "3g.40gb", "1g.10gb"], []], "do not fit the GPU's slices together"),
+        ([["3g.40gb", "3g.40gb", "1g.10gb"], []], "do not fit the GPU's slices together"),
         ([["4c.3g.40gb"], []], "compute instance larger than its GPU instance"),
     ],
 )
