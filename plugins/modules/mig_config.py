@@ -48,8 +48,8 @@ options:
     default: configs
   clients:
     description:
-      - systemd units that hold the GPUs (C(nvidia-persistenced), C(nvidia-dcgm), C(nvidia-fabricmanager)):
-        those running are stopped around the change. A unit the host does not have is skipped.
+      - systemd units that hold the GPUs (C(nvidia-persistenced), C(nvidia-dcgm), C(nvidia-fabricmanager)).
+        Those running are stopped around the change; a unit the host does not have is skipped.
     type: list
     elements: str
     default: []
