@@ -298,7 +298,7 @@ def entry_applies(entry: object, key: str) -> bool:
     return not filters or key.lower() in {str(f).split(":", maxsplit=1)[0].lower() for f in filters}
 
 
-def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[str]:
+def check_mig_entry(where: str, entry: object, models: Mapping[str, Any]) -> list[str]:
     """One entry of a mig-parted config, against every model it applies to."""
     if not isinstance(entry, dict):
         return [f"{where}: must be a mapping with devices, mig-enabled and mig-devices, got {entry!r}"]
@@ -350,7 +350,7 @@ def check_mig_entry(where: str, entry: object, models: dict[str, dict]) -> list[
     return errors
 
 
-def check_mig_configs(var: str, configs: object, models: dict[str, dict]) -> list[str]:
+def check_mig_configs(var: str, configs: object, models: Mapping[str, Any]) -> list[str]:
     if not isinstance(configs, dict):
         return [f"{var}: must be a mapping of config name to a list of entries, got {configs!r}"]
     errors = []
@@ -369,7 +369,7 @@ def _base(name: str) -> bool:
     return "+" not in name and "-me" not in name and "c." not in name
 
 
-def generated_mig_configs(models: dict[str, dict]) -> dict[str, list[dict]]:
+def generated_mig_configs(models: Mapping[str, Any]) -> dict[str, list[dict]]:
     """all-disabled, all-enabled, all-<profile> at its maximum count and all-balanced, per model present.
 
     With more than one model in the cluster, each model's entries carry its device filter.
@@ -400,7 +400,7 @@ def generated_mig_configs(models: dict[str, dict]) -> dict[str, list[dict]]:
     return configs
 
 
-def mig_parted_config(models: dict[str, dict], custom: dict | None) -> dict:
+def mig_parted_config(models: Mapping[str, Any], custom: dict | None) -> dict:
     configs = generated_mig_configs(models)
     configs.update(custom or {})
     return {"version": "v1", "mig-configs": configs}

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models, slim
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import mig_parted_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
+
 from lab import bootsim
 from lab.hardware import build_fake_nvml, load_profile, write_hardware
 
@@ -60,7 +60,7 @@ def test_disabled_balanced_and_back_then_nothing_to_do(a100):
     plans, pending, _log = run(a100, "all-disabled")
     assert [p["change"] for p in plans] == [True, False] and pending == []
     assert layout(read(a100)) == [(False, False, []), (False, False, [])]
-    plans, pending, log = run(a100, "all-balanced")
+    plans, pending, _log = run(a100, "all-balanced")
     assert [p["change"] for p in plans] == [True, True] and pending == []
     after = read(a100)
     assert layout(after) == [(True, True, BALANCED), (True, True, BALANCED)]
