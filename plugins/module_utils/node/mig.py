@@ -23,10 +23,16 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import apply_mig_config, check_mig_configs, entry_applies
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nvml
 
+# The NVML session helpers of nvml.py, shared by the reader and this writer.
+_call = nvml._call  # pylint: disable=protected-access
+_code = nvml._code  # pylint: disable=protected-access
+_profiles = nvml._profiles  # pylint: disable=protected-access
+_Placement = nvml._Placement  # pylint: disable=protected-access
+_NOT_SUPPORTED = nvml._NOT_SUPPORTED  # pylint: disable=protected-access
+_INVALID_ARGUMENT = nvml._INVALID_ARGUMENT  # pylint: disable=protected-access
 # NVML_COMPUTE_INSTANCE_PROFILE_<n>_SLICE: the compute-instance profile enum by slices.
 _CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _MAX_INSTANCES = 8
-_IN_USE = 19
 
 
 class GpuPlan(TypedDict):
@@ -132,20 +138,20 @@ class Nvml:
     def profiles(handle: object) -> dict[str, dict]:
         """The GPU's GPU-instance profiles by name: NVML id and slices."""
         memory = int(nvml.pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        return {str(p["name"]): {"id": p["id"], "slices": p["slices"]} for p in nvml._profiles(handle, memory)}  # pylint: disable=protected-access
+        return {str(p["name"]): {"id": p["id"], "slices": p["slices"]} for p in _profiles(handle, memory)}
 
     @staticmethod
     def set_mode(handle: object, enabled: bool) -> bool:
         """Set MIG mode; True when it took effect, False when the driver left it pending (the GPU is in use)."""
         status = ctypes.c_int()
-        nvml._call("nvmlDeviceSetMigMode", handle, ctypes.c_uint(1 if enabled else 0), ctypes.byref(status))  # pylint: disable=protected-access
+        _call("nvmlDeviceSetMigMode", handle, ctypes.c_uint(1 if enabled else 0), ctypes.byref(status))
         return status.value == 0
 
     @staticmethod
     def placements(handle: object, profile_id: int) -> tuple[list[int], int]:
-        array = (nvml._Placement * _MAX_INSTANCES)()  # pylint: disable=protected-access
+        array = (_Placement * _MAX_INSTANCES)()
         count = ctypes.c_uint(_MAX_INSTANCES)
-        nvml._call("nvmlDeviceGetGpuInstancePossiblePlacements_v2", handle, ctypes.c_uint(profile_id), array, ctypes.byref(count))  # pylint: disable=protected-access
+        _call("nvmlDeviceGetGpuInstancePossiblePlacements_v2", handle, ctypes.c_uint(profile_id), array, ctypes.byref(count))
         found = [array[i] for i in range(count.value)]
         return [p.start for p in found], (found[0].size if found else 0)
 
@@ -156,34 +162,34 @@ class Nvml:
         for profile_id in profile_ids:
             gis = (ctypes.c_void_p * _MAX_INSTANCES)()
             count = ctypes.c_uint(_MAX_INSTANCES)
-            nvml._call("nvmlDeviceGetGpuInstances", handle, ctypes.c_uint(profile_id), gis, ctypes.byref(count))  # pylint: disable=protected-access
+            _call("nvmlDeviceGetGpuInstances", handle, ctypes.c_uint(profile_id), gis, ctypes.byref(count))
             for g in range(count.value):
                 gi = ctypes.c_void_p(gis[g])
                 for ci_profile in sorted(_CI_PROFILE.values()):
                     cis = (ctypes.c_void_p * _MAX_INSTANCES)()
                     n = ctypes.c_uint(_MAX_INSTANCES)
                     try:
-                        nvml._call("nvmlGpuInstanceGetComputeInstances", gi, ctypes.c_uint(ci_profile), cis, ctypes.byref(n))  # pylint: disable=protected-access
+                        _call("nvmlGpuInstanceGetComputeInstances", gi, ctypes.c_uint(ci_profile), cis, ctypes.byref(n))
                     except nvml.pynvml.NVMLError as exc:
-                        if nvml._code(exc) in (nvml._NOT_SUPPORTED, nvml._INVALID_ARGUMENT):  # pylint: disable=protected-access
+                        if _code(exc) in (_NOT_SUPPORTED, _INVALID_ARGUMENT):
                             continue
                         raise
                     for c in range(n.value):
-                        nvml._call("nvmlComputeInstanceDestroy", ctypes.c_void_p(cis[c]))  # pylint: disable=protected-access
-                nvml._call("nvmlGpuInstanceDestroy", gi)  # pylint: disable=protected-access
+                        _call("nvmlComputeInstanceDestroy", ctypes.c_void_p(cis[c]))
+                _call("nvmlGpuInstanceDestroy", gi)
                 gone += 1
         return gone
 
     @staticmethod
     def create(handle: object, profile_id: int, start: int, size: int, slices: int) -> None:
         """One GPU instance at (start, size), with one compute instance of all its slices."""
-        placement = nvml._Placement(start=start, size=size)  # pylint: disable=protected-access
+        placement = _Placement(start=start, size=size)
         gi = ctypes.c_void_p()
-        nvml._call("nvmlDeviceCreateGpuInstanceWithPlacement", handle, ctypes.c_uint(profile_id), ctypes.byref(placement), ctypes.byref(gi))  # pylint: disable=protected-access
+        _call("nvmlDeviceCreateGpuInstanceWithPlacement", handle, ctypes.c_uint(profile_id), ctypes.byref(placement), ctypes.byref(gi))
         info = _ComputeInstanceProfileInfo()
-        nvml._call("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, ctypes.c_uint(_CI_PROFILE[slices]), ctypes.c_uint(0), ctypes.byref(info))  # pylint: disable=protected-access
+        _call("nvmlGpuInstanceGetComputeInstanceProfileInfo", gi, ctypes.c_uint(_CI_PROFILE[slices]), ctypes.c_uint(0), ctypes.byref(info))
         ci = ctypes.c_void_p()
-        nvml._call("nvmlGpuInstanceCreateComputeInstance", gi, ctypes.c_uint(info.id), ctypes.byref(ci))  # pylint: disable=protected-access
+        _call("nvmlGpuInstanceCreateComputeInstance", gi, ctypes.c_uint(info.id), ctypes.byref(ci))
 
 
 def apply(plans: list[GpuPlan], library: str | None, log: Callable[[str], None]) -> list[int]:

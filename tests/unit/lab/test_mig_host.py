@@ -79,7 +79,7 @@ def test_a_held_gpu_leaves_the_mode_pending_until_the_boot(a100):
     (dev / "nvidia1").touch()
     holder = subprocess.Popen(["sh", "-c", f"exec sleep 30 3<{dev / 'nvidia1'}"])
     try:
-        for _ in range(50):  # until the shell has become sleep with the file open
+        for _attempt in range(50):  # until the shell has become sleep with the file open
             if any(p.resolve() == dev / "nvidia1" for p in Path(f"/proc/{holder.pid}/fd").iterdir()):
                 break
             time.sleep(0.05)
