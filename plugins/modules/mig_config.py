@@ -145,10 +145,11 @@ def main() -> None:
     if p["config"] is not None:
         config, variable = p["config"], "config"
     else:
-        errors = check_mig_configs(p["variable"], p["configs"], gpu_models(slim(facts)))
+        models = gpu_models(slim(facts))
+        errors = check_mig_configs(p["variable"], p["configs"], models)
         if errors:
             module.fail_json(msg="; ".join(errors), errors=errors)
-        config, variable = mig_parted_config(gpu_models(slim(facts)), p["configs"]), p["variable"]
+        config, variable = mig_parted_config(models, p["configs"]), p["variable"]
     errors, plans = mig.plan(facts, config, p["name"], variable)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)

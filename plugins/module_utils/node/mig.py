@@ -201,15 +201,14 @@ def apply(plans: list[GpuPlan], library: str | None, log: Callable[[str], None])
     session = Nvml(library)
     pending: list[int] = []
     try:
-        layouts: dict[int, list[tuple[int, int, int, int]]] = {}
-        tables = {p["index"]: session.profiles(session.handle(p["index"])) for p in plans if p["change"]}
-        for p in plans:
-            if p["change"] and p["mig_before"] and p["mig_after"]:
-                layouts[p["index"]] = _layout(session, p, tables[p["index"]])
+        handles = {p["index"]: session.handle(p["index"]) for p in plans if p["change"]}
+        tables = {index: session.profiles(handle) for index, handle in handles.items()}
+        layouts = {p["index"]: _layout(session, handles[p["index"]], p, tables[p["index"]])
+                   for p in plans if p["change"] and p["mig_before"] and p["mig_after"]}
         for p in plans:
             if not p["change"]:
                 continue
-            handle, table = session.handle(p["index"]), tables[p["index"]]
+            handle, table = handles[p["index"]], tables[p["index"]]
             where = f"GPU {p['index']} ({p['bus_id']})"
             try:
                 if p["mig_before"]:
@@ -220,7 +219,7 @@ def apply(plans: list[GpuPlan], library: str | None, log: Callable[[str], None])
                     pending.append(p["index"])
                     continue
                 if p["mig_after"] and p["after"]:
-                    layout = layouts.get(p["index"]) or _layout(session, p, table)
+                    layout = layouts.get(p["index"]) or _layout(session, handle, p, table)
                     for profile_id, start, size, slices in layout:
                         session.create(handle, profile_id, start, size, slices)
                     log(f"{where}: created {', '.join(p['after'])}")
@@ -231,12 +230,12 @@ def apply(plans: list[GpuPlan], library: str | None, log: Callable[[str], None])
     return pending
 
 
-def _layout(session: Nvml, p: GpuPlan, table: dict[str, dict]) -> list[tuple[int, int, int, int]]:
+def _layout(session: Nvml, handle: object, p: GpuPlan, table: dict[str, dict]) -> list[tuple[int, int, int, int]]:
     """(profile id, start, size, slices) for each wanted GPU instance, at placements NVML offers."""
     items, rows = [], []
     for name in p["after"]:
         profile = table[name]
-        starts, size = session.placements(session.handle(p["index"]), profile["id"])
+        starts, size = session.placements(handle, profile["id"])
         items.append((starts, size))
         rows.append((profile["id"], size, profile["slices"]))
     starts_chosen = place(items)
