@@ -1,0 +1,144 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What draining a Node means, without the API calls: which of its Pods go, which stop the drain before the
+Node is cordoned, which PodDisruptionBudgets hold a Pod back, and how the Node's schedulability before the
+drain is recorded so that undoing it puts back what was there (a Node cordoned before stays cordoned).
+
+The Pods are the API's JSON (dicts), as listed with `_preload_content=False`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypedDict
+
+__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "requests_gpu", "select", "selector_matches", "uncordon_patch"]
+
+GPU_PREFIX = "nvidia.com/"
+MIRROR = "kubernetes.io/config.mirror"
+
+
+class Selection(TypedDict):
+    evict: list[dict]  # Pods to evict
+    terminating: list[dict]  # Pods already being deleted: waited for, not evicted again
+    kept: dict[str, str]  # ns/name -> why it stays (DaemonSet, static Pod, finished)
+    refused: dict[str, str]  # ns/name -> why the drain stops before anything is changed
+
+
+def key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def requests_gpu(pod: Mapping[str, Any], prefix: str = GPU_PREFIX) -> bool:
+    """Whether a container (init containers too) requests or limits a resource under `prefix` (nvidia.com/gpu,
+    nvidia.com/mig-1g.10gb, nvidia.com/gpu.shared): the Pods that hold the node's GPUs."""
+    spec = pod.get("spec") or {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        for amounts in (resources.get("requests") or {}, resources.get("limits") or {}):
+            if any(str(name).startswith(prefix) for name in amounts):
+                return True
+    return False
+
+
+def _controller(pod: Mapping[str, Any]) -> dict | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def select(pods: Iterable[Mapping[str, Any]], gpu_only: bool, force: bool, delete_emptydir_data: bool,
+           names: Mapping[str, str]) -> Selection:
+    """Sort the Node's Pods as kubectl drain does (--ignore-daemonsets): DaemonSet and static Pods stay, finished
+    Pods hold nothing; of the others (with gpu_only, those that request a GPU resource), a Pod no controller
+    would recreate is refused unless `force`, one with emptyDir data unless `delete_emptydir_data`. `names` gives
+    the name each option has in the caller's messages (its role variable)."""
+    out: Selection = {"evict": [], "terminating": [], "kept": {}, "refused": {}}
+    for pod in sorted(pods, key=key):
+        meta = pod.get("metadata") or {}
+        name = key(pod)
+        if gpu_only and not requests_gpu(pod):
+            continue
+        owner = _controller(pod)
+        if MIRROR in (meta.get("annotations") or {}):
+            out["kept"][name] = "static Pod (its manifest is on the node)"
+        elif owner and owner.get("kind") == "DaemonSet":
+            out["kept"][name] = f"DaemonSet {owner.get('name')} (cordoning does not stop it)"
+        elif (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            out["kept"][name] = "finished"
+        elif meta.get("deletionTimestamp"):
+            out["terminating"].append(dict(pod))
+        else:
+            reasons = []
+            if not owner and not force:
+                reasons.append(f"no controller would recreate it (set {names['force']} to evict it anyway)")
+            if not delete_emptydir_data and any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or []):
+                reasons.append(f"its emptyDir data would be lost (set {names['delete_emptydir_data']} to accept)")
+            if reasons:
+                out["refused"][name] = "; ".join(reasons)
+            else:
+                out["evict"].append(dict(pod))
+    return out
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions) against labels; an empty selector matches everything,
+    a missing one nothing (as a PodDisruptionBudget's)."""
+    if selector is None:
+        return False
+    labels = labels or {}
+    for name, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(name) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        name, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(name) not in values:
+            return False
+        if op == "NotIn" and name in labels and labels[name] in values:
+            return False
+        if op == "Exists" and name not in labels:
+            return False
+        if op == "DoesNotExist" and name in labels:
+            return False
+    return True
+
+
+def blocking_pdbs(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The PodDisruptionBudgets of the Pod's namespace that select it, as ns/name (allowed disruptions)."""
+    meta = pod.get("metadata") or {}
+    out = []
+    for pdb in pdbs:
+        pmeta = pdb.get("metadata") or {}
+        if pmeta.get("namespace") == meta.get("namespace") and \
+                selector_matches((pdb.get("spec") or {}).get("selector"), meta.get("labels") or {}):
+            allowed = (pdb.get("status") or {}).get("disruptionsAllowed", "?")
+            out.append(f"{pmeta.get('namespace')}/{pmeta.get('name')} (disruptions allowed: {allowed})")
+    return sorted(out)
+
+
+def cordon_patch(node: Mapping[str, Any], annotation: str) -> dict | None:
+    """The patch that cordons the Node and records whether it was schedulable before (`annotation`: "true" when
+    it was already unschedulable); None when the record is there already (a drain resumed: the first record
+    stands) and the Node is cordoned."""
+    meta = node.get("metadata") or {}
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    recorded = annotation in (meta.get("annotations") or {})
+    patch: dict[str, Any] = {}
+    if not recorded:
+        patch["metadata"] = {"annotations": {annotation: "true" if unschedulable else "false"}}
+    if not unschedulable:
+        patch["spec"] = {"unschedulable": True}
+    return patch or None
+
+
+def uncordon_patch(node: Mapping[str, Any], annotation: str) -> dict | None:
+    """The patch that undoes cordon_patch: schedulable again only when the record says it was; the record
+    removed. None when there is no record (nothing of ours to undo)."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    if annotation not in annotations:
+        return None
+    patch: dict[str, Any] = {"metadata": {"annotations": {annotation: None}}}
+    if annotations[annotation] != "true" and (node.get("spec") or {}).get("unschedulable"):
+        patch["spec"] = {"unschedulable": None}
+    return patch

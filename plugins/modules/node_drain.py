@@ -1,0 +1,315 @@
+#!/usr/bin/python
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_drain
+short_description: Cordon a Kubernetes Node and evict its GPU Pods through the Eviction API, and undo it
+version_added: 0.2.0
+author:
+  - gpuops.nvidia maintainers (@gpuops)
+description:
+  - O(state=drained) sorts the Node's Pods first (with O(pods=gpu), only those that request an C(nvidia.com/)
+    resource), as C(kubectl drain --ignore-daemonsets) does - DaemonSet and static Pods stay, finished Pods hold
+    nothing - and stops before anything changes when a Pod would be lost (no controller recreates it, without
+    O(force); emptyDir data, without O(delete_emptydir_data)), naming each Pod and why.
+  - Then it cordons the Node, recording in the annotation O(initial_state_annotation) whether the Node was
+    schedulable before (C(false)) or already cordoned (C(true)); a drain resumed after a failure keeps the first
+    record. It evicts each Pod through the Eviction API, so PodDisruptionBudgets are honoured - an eviction a
+    budget refuses is retried until O(timeout) - and waits until the Pods are gone.
+  - When O(timeout) passes it fails naming each Pod still there and, for a Pod a budget holds back, the
+    PodDisruptionBudgets that select it; the Node stays cordoned. O(disable_eviction) deletes the Pods instead,
+    past their budgets.
+  - O(state=restored) undoes the cordon - the Node is made schedulable only when the record says it was before -
+    and removes the record; without a record there is nothing of this module's to undo and nothing changes.
+  - Supports check mode and diff mode.
+options:
+  name:
+    description: The Node's name.
+    type: str
+    required: true
+  state:
+    description: C(drained) cordons and evicts; C(restored) undoes the cordon as recorded.
+    type: str
+    choices: [drained, restored]
+    default: drained
+  pods:
+    description: Which Pods to evict - C(gpu) those requesting an C(nvidia.com/) resource, C(all) every Pod but DaemonSet and static Pods.
+    type: str
+    choices: [gpu, all]
+    default: gpu
+  pod_selector:
+    description: A label selector (C(app=train,tier!=system)) that further limits the Pods evicted.
+    type: str
+    default: ""
+  force:
+    description: Evict Pods no controller would recreate (they are gone for good) instead of refusing the drain.
+    type: bool
+    default: false
+  delete_emptydir_data:
+    description: Evict Pods with emptyDir volumes (their data is lost) instead of refusing the drain.
+    type: bool
+    default: false
+  disable_eviction:
+    description: Delete the Pods instead of evicting them, past any PodDisruptionBudget.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds to wait for the evictions and for the Pods to be gone.
+    type: int
+    default: 300
+  initial_state_annotation:
+    description: The Node annotation that records whether the Node was already cordoned before the drain.
+    type: str
+    default: gpuops.nvidia/node-initial-state.unschedulable
+  variable_prefix:
+    description:
+      - Prefix to the option names in messages, so that they name the caller's variables
+        (C(gpuops_mig_reconfigure_drain_) makes O(force) read C(gpuops_mig_reconfigure_drain_force)).
+    type: str
+    default: ""
+extends_documentation_fragment:
+  - gpuops.nvidia.kube
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_cluster
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The Node and its Pods are read and sorted as in a real run (a refused Pod fails the run); nothing is patched,
+        evicted or deleted, and RV(evicted) names the Pods that would be.
+  diff_mode:
+    support: full
+    details:
+      - The Node's C(unschedulable) and record before and after, and the Pods that go.
+  idempotent:
+    support: full
+    details:
+      - A drained Node with no Pods left to evict, or a restored one, is not changed again.
+"""
+
+EXAMPLES = r"""
+- name: Cordon the node and evict its GPU pods, honouring their PodDisruptionBudgets
+  gpuops.nvidia.node_drain:
+    name: gpu-node-1
+    timeout: 600
+
+- name: Make it schedulable again, unless it was cordoned before
+  gpuops.nvidia.node_drain:
+    name: gpu-node-1
+    state: restored
+"""
+
+RETURN = r"""
+cordoned:
+  description: Whether this run cordoned the Node (or, in check mode, would).
+  returned: always
+  type: bool
+uncordoned:
+  description: Whether this run made the Node schedulable again (or would).
+  returned: always
+  type: bool
+initially_unschedulable:
+  description: What the record says about the Node before the drain; null without a record.
+  returned: always
+  type: bool
+evicted:
+  description: The Pods evicted or deleted (namespace/name); on a failure, those evicted before it.
+  returned: always
+  type: list
+  elements: str
+kept:
+  description: Pods left on the Node and why (DaemonSet, static, finished).
+  returned: always
+  type: dict
+"""
+
+import json
+import time
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
+    AUTH_ARGS,
+    api_error,
+    connect,
+)
+
+POLL = 2.0
+
+
+class Drain:
+    def __init__(self, module: AnsibleModule) -> None:
+        from kubernetes import client
+        self.module = module
+        self.p = module.params
+        self.core = client.CoreV1Api(connect(module))
+        self.policy = client.PolicyV1Api(self.core.api_client)
+        self.names = {o: f"{self.p['variable_prefix']}{o}" for o in ("force", "delete_emptydir_data", "timeout", "disable_eviction")}
+        self.result: dict[str, Any] = {"changed": False, "cordoned": False, "uncordoned": False,
+                                       "initially_unschedulable": None, "evicted": [], "kept": {}}
+
+    def fail(self, msg: str) -> None:
+        self.module.fail_json(msg=f"node {self.p['name']}: {msg}", **self.result)
+
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # an API error, an unreachable server
+            self.fail(f"{what} failed: {api_error(exc)}")
+            raise  # not reached
+
+    def node(self) -> dict:
+        try:
+            res = self.core.read_node(self.p["name"], _preload_content=False)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                self.fail("no such Node in the cluster")
+            self.fail(f"reading the Node failed: {api_error(exc)}")
+            raise
+        return json.loads(res.data)
+
+    def pods(self) -> list[dict]:
+        res = self.call("listing its Pods", self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.p['name']}",
+                        label_selector=self.p["pod_selector"] or None, _preload_content=False)
+        return json.loads(res.data).get("items") or []
+
+    def record(self, node: dict) -> None:
+        value = ((node.get("metadata") or {}).get("annotations") or {}).get(self.p["initial_state_annotation"])
+        self.result["initially_unschedulable"] = None if value is None else value == "true"
+
+    def diff(self, before: dict, after_unschedulable: bool, after_record: str | None, pods: list[str]) -> None:
+        if not self.module._diff:
+            return
+        ann = self.p["initial_state_annotation"]
+        self.result["diff"] = {
+            "before": {"unschedulable": bool((before.get("spec") or {}).get("unschedulable")),
+                       ann: ((before.get("metadata") or {}).get("annotations") or {}).get(ann), "pods": pods},
+            "after": {"unschedulable": after_unschedulable, ann: after_record, "pods": []},
+        }
+
+    def restore(self) -> None:
+        node = self.node()
+        self.record(node)
+        patch = drain.uncordon_patch(node, self.p["initial_state_annotation"])
+        if patch is None:
+            return
+        self.result["changed"] = True
+        self.result["uncordoned"] = "spec" in patch
+        unschedulable = bool((node.get("spec") or {}).get("unschedulable")) and not self.result["uncordoned"]
+        self.diff(node, unschedulable, None, [])
+        if not self.module.check_mode:
+            self.call("uncordoning", self.core.patch_node, self.p["name"], patch)
+
+    def drained(self) -> None:
+        node = self.node()
+        self.record(node)
+        sel = drain.select(self.pods(), self.p["pods"] == "gpu", self.p["force"], self.p["delete_emptydir_data"], self.names)
+        self.result["kept"] = sel["kept"]
+        if sel["refused"]:
+            self.fail("not drained, nothing changed: " + "; ".join(f"{pod}: {why}" for pod, why in sel["refused"].items()))
+        patch = drain.cordon_patch(node, self.p["initial_state_annotation"])
+        evict = [drain.key(p) for p in sel["evict"]]
+        self.result.update(changed=bool(patch or evict), cordoned=bool(patch and "spec" in patch), evicted=evict)
+        ann = self.p["initial_state_annotation"]
+        recorded = ((node.get("metadata") or {}).get("annotations") or {}).get(ann) or \
+            ("true" if (node.get("spec") or {}).get("unschedulable") else "false")
+        if patch or evict:
+            self.diff(node, True, recorded, evict)
+        if self.module.check_mode:
+            return
+        if patch:
+            self.call("cordoning", self.core.patch_node, self.p["name"], patch)
+            self.result["initially_unschedulable"] = recorded == "true"
+        self.result["evicted"] = []  # from here, the Pods evicted so far
+        self.evict(sel["evict"], sel["terminating"])
+
+    def evict(self, pods: list[dict], terminating: list[dict]) -> None:
+        deadline = time.monotonic() + self.p["timeout"]
+        todo = {drain.key(p): p for p in pods}
+        blocked: dict[str, str] = {}
+        waiting = {drain.key(p): p["metadata"]["uid"] for p in pods + terminating}
+        while todo:
+            for name, pod in sorted(todo.items()):
+                meta = pod["metadata"]
+                try:
+                    if self.p["disable_eviction"]:
+                        self.core.delete_namespaced_pod(meta["name"], meta["namespace"])
+                    else:
+                        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+                        self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
+                    del todo[name]
+                    blocked.pop(name, None)
+                    self.result["evicted"].append(name)
+                except Exception as exc:
+                    status = getattr(exc, "status", None)
+                    if status == 404:  # gone already
+                        del todo[name]
+                    elif status == 429:  # a PodDisruptionBudget allows no disruption now
+                        blocked[name] = api_error(exc)
+                    else:
+                        self.fail(f"evicting {name} failed: {api_error(exc)}; the node stays cordoned")
+            if not todo:
+                break
+            if time.monotonic() >= deadline:
+                self.timed_out(todo, blocked)
+            time.sleep(POLL)
+        while True:
+            left = {drain.key(p) for p in self.pods() if waiting.get(drain.key(p)) == (p.get("metadata") or {}).get("uid")}
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                self.fail(f"{len(left)} Pod(s) not gone {self.p['timeout']}s after their eviction: {', '.join(sorted(left))} "
+                          f"(their termination grace period, a finalizer, or a kubelet that does not answer); "
+                          f"the node stays cordoned; raise {self.names['timeout']} and run again")
+            time.sleep(POLL)
+
+    def timed_out(self, todo: dict[str, dict], blocked: dict[str, str]) -> None:
+        namespaces = sorted({p["metadata"]["namespace"] for p in todo.values()})
+        pdbs: list[dict] = []
+        for ns in namespaces:
+            res = self.call("listing PodDisruptionBudgets", self.policy.list_namespaced_pod_disruption_budget, ns, _preload_content=False)
+            pdbs += json.loads(res.data).get("items") or []
+        parts = []
+        for name, pod in sorted(todo.items()):
+            budgets = drain.blocking_pdbs(pod, pdbs)
+            why = f"PodDisruptionBudget {', '.join(budgets)}" if budgets else blocked.get(name, "not evicted")
+            parts.append(f"{name} ({why})")
+        self.fail(f"{len(todo)} Pod(s) not evicted in {self.p['timeout']}s: {'; '.join(parts)}. The node stays cordoned; "
+                  f"relax the budget (or move the workload) and run again, raise {self.names['timeout']}, or set "
+                  f"{self.names['disable_eviction']} to delete past the budget")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["drained", "restored"], "default": "drained"},
+            "pods": {"type": "str", "choices": ["gpu", "all"], "default": "gpu"},
+            "pod_selector": {"type": "str", "default": ""},
+            "force": {"type": "bool", "default": False},
+            "delete_emptydir_data": {"type": "bool", "default": False},
+            "disable_eviction": {"type": "bool", "default": False},
+            "timeout": {"type": "int", "default": 300},
+            "initial_state_annotation": {"type": "str", "default": "gpuops.nvidia/node-initial-state.unschedulable"},
+            "variable_prefix": {"type": "str", "default": ""},
+            **AUTH_ARGS,
+        },
+        supports_check_mode=True,
+    )
+    if module.params["timeout"] < 0:
+        module.fail_json(msg=f"{module.params['variable_prefix']}timeout: {module.params['timeout']} is not a number of seconds (0 or more)")
+    run = Drain(module)
+    if module.params["state"] == "restored":
+        run.restore()
+    else:
+        run.drained()
+    module.exit_json(**run.result)
+
+
+if __name__ == "__main__":
+    main()
