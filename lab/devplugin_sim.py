@@ -191,6 +191,10 @@ class Simulator:
             if name in self.labels and self.labels[name] == value and self.mig_label.get(name) == mig:
                 return
             self.labels[name] = value
+            if name in self.mig_label and self.mig_label[name] != mig:
+                # The MIG manager acts on every change of the label's value: taken off and set again, a config
+                # it failed (or applied) is applied again.
+                self.mig_applied.pop(name, None)
             self.mig_label[name] = mig
             if self.pods.get(name) or self.gfd.get(name) or self.migmgr.get(name):
                 self.sync(name)

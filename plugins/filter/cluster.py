@@ -12,6 +12,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig as node_mig
 
 
 def _gfd_labels(info: dict, chosen: object, gfd: dict | None) -> dict | None:
@@ -184,6 +185,57 @@ def mig_applied(configs: dict, parted: dict) -> dict:
     return {n: table[c] for n, c in (configs or {}).items() if c in table}
 
 
+MIG_PARTED_CONFIGMAP = "default-mig-parted-config"
+
+
+def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_name: str, namespace: str) -> dict:
+    """What the cluster path of mig_reconfigure does on one Node, read before it changes anything: `errors` (each
+    naming what to change), the per-GPU plan (`gpus`, as mig_config's), whether the Node is in the config already
+    (`done`: its label names it and the MIG manager reports success), its label and state now, and the config's
+    entries (`entries`, for expected_allocatable's mig_applied) and a line per GPU (`summary`, from the facts). `node` and `configmap` are the objects as
+    kubernetes.core.k8s_info returns them ({} when absent)."""
+    where = f"ConfigMap {namespace}/{MIG_PARTED_CONFIGMAP}"
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    out: dict[str, Any] = {"errors": [], "gpus": [], "entries": [], "current": labels.get(cluster_validation.MIG_CONFIG),
+                           "state": labels.get(cluster_validation.MIG_STATE)}
+    out["done"] = out["current"] == name and out["state"] == "success"
+    if not node:
+        out["errors"].append(f"no Node {node_name} in the cluster (gpuops_cluster_node_name names another)")
+        return out
+    if labels.get(cluster_validation.MIG_DEPLOY) != "true":
+        out["errors"].append(f"no MIG manager runs on Node {node_name} ({cluster_validation.MIG_DEPLOY}="
+                             f"{labels.get(cluster_validation.MIG_DEPLOY) or '(absent)'}): deploy it with playbooks/cluster.yml "
+                             "(the mig_manager role), or set gpuops_mig_reconfigure_path: host")
+    text = ((configmap or {}).get("data") or {}).get("config.yaml")
+    try:
+        parted = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as exc:
+        out["errors"].append(f"the MIG manager's {where} is not YAML: {exc}")
+        return out
+    configs = (parted or {}).get("mig-configs") if isinstance(parted, dict) else None
+    if not isinstance(configs, dict):
+        out["errors"].append(f"the MIG manager's {where} is {'missing' if not configmap else 'without mig-configs'}: "
+                             "deploy it with playbooks/cluster.yml (the mig_manager role)")
+        return out
+    if name not in configs:
+        out["errors"].append(f"gpuops_mig_reconfigure_config: {name!r} is not a config of the MIG manager ({where} has "
+                             f"{', '.join(sorted(map(str, configs)))}); add it to gpuops_mig_manager_configs and run playbooks/cluster.yml")
+        return out
+    errors, gpus = node_mig.plan(cast(GpuInfo, facts), parted, name, where)
+    out["errors"] += errors
+    out["gpus"] = gpus
+    out["entries"] = configs[name]
+    out["summary"] = ", ".join(f"GPU {g['index']} {_layout(g['mig_before'], g['before'])} -> {_layout(g['mig_after'], g['after'])}"
+                               if g["change"] else f"GPU {g['index']} unchanged" for g in gpus)
+    return out
+
+
+def _layout(mig: bool, devices: list[str]) -> str:
+    if not mig:
+        return "MIG off"
+    return "+".join(f"{devices.count(d)}x{d}" for d in sorted(set(devices))) or "MIG on, no devices"
+
+
 def dcgm_metrics_errors(text: Any, extra: list) -> list:
     return cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", text, extra or [])
 
@@ -206,5 +258,6 @@ class FilterModule:
             "mig_models": mig_models,
             "mig_parted_config": mig_parted_config,
             "mig_errors": mig_errors,
+            "mig_reconfigure_plan": mig_reconfigure_plan,
             "dcgm_metrics_errors": dcgm_metrics_errors,
         }

@@ -165,7 +165,7 @@ class Drain:
 
     def node(self) -> dict:
         try:
-            res = self.core.read_node(self.p["name"], _preload_content=False)
+            res: Any = self.core.read_node(self.p["name"], _preload_content=False)
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 self.fail("no such Node in the cluster")
@@ -240,7 +240,7 @@ class Drain:
                     if self.p["disable_eviction"]:
                         self.core.delete_namespaced_pod(meta["name"], meta["namespace"])
                     else:
-                        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
+                        body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
                         self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
                     del todo[name]
                     blocked.pop(name, None)

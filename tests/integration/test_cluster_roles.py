@@ -37,11 +37,12 @@ TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "rep
 NS = "gpu-operator"
 
 
-def playbook(inventory: Path, *args: str, extra: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def playbook(inventory: Path, *args: str, extra: dict | None = None, timeout: float = 900,
+             play: str = "cluster.yml") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_STDOUT_CALLBACK": "default",
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml", "ANSIBLE_FORKS": "50", "ANSIBLE_HOST_KEY_CHECKING": "false"}
-    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks/cluster.yml"), *args]
+    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / play), *args]
     if extra:
         extra_file = inventory.with_name(f"extra-{abs(hash(json.dumps(extra, sort_keys=True)))}.json")
         extra_file.write_text(json.dumps(extra))
@@ -354,6 +355,169 @@ def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_clust
     res = playbook(inventory, extra={"gpuops_validation_smoke_test": False})
     assert res.returncode == 0, res.stdout[-3000:]
     assert "r-a100: nvidia.com/gpu=1, nvidia.com/mig-1g.10gb=2" in " ".join(res.stdout.split())
+
+
+WORKLOAD = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: ml}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: train, namespace: ml}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: train}}
+  template:
+    metadata: {labels: {app: train}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: r-a100}
+      containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/mig-1g.10gb: "1"}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: guarded, namespace: ml}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: guarded}}
+  template:
+    metadata: {labels: {app: guarded}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: r-a100}
+      containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/mig-1g.10gb: "1"}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: ml}
+spec: {maxUnavailable: 0, selector: {matchLabels: {app: guarded}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: ml}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: r-a100}
+      containers: [{name: c, image: busybox}]
+"""
+DRAINED = "gpuops.nvidia/mig-reconfigure.node-initial-state.unschedulable"
+
+
+def _running(kubeconfig: Path, node: str) -> dict[str, str]:
+    """app -> uid of the ml namespace's running pods on the node."""
+    return {p["metadata"]["labels"]["app"]: p["metadata"]["uid"] for p in get(kubeconfig, "pods", "-n", "ml")["items"]
+            if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")}
+
+
+def _wait_running(kubeconfig: Path, node: str, apps: set[str], timeout: float = 60) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        running = _running(kubeconfig, node)
+        if apps <= set(running) or time.monotonic() > deadline:
+            return running
+        time.sleep(1)
+
+
+def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_config(lab_cluster):
+    """playbooks/mig_reconfigure.yml, cluster path, on r-a100 (in lab-a100-gpu0-balanced, two 1g.10gb): check mode,
+    a config the MIG manager lacks, a PDB that allows no disruption, the change, a second run, a node cordoned
+    before and a config the MIG manager fails, each checked on the API server."""
+    kubeconfig, inventory = lab_cluster
+    manifest = inventory.with_name("mig-workload.yaml")
+    manifest.write_text(WORKLOAD)
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+
+    def run(config: str, *args: str, **extra) -> subprocess.CompletedProcess[str]:
+        return playbook(inventory, "--limit", "r-a100", *args, play="mig_reconfigure.yml",
+                        extra={"gpuops_mig_reconfigure_config": config, "gpuops_mig_reconfigure_smoke_test": False,
+                               "gpuops_mig_reconfigure_timeout": 90, **extra})
+
+    def node() -> dict:
+        return get(kubeconfig, "node", "r-a100")
+
+    try:
+        before = _wait_running(kubeconfig, "r-a100", {"train", "guarded", "web"})
+        assert set(before) == {"train", "guarded", "web"}, before
+        labels = node()["metadata"]["labels"]
+        assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("lab-a100-gpu0-balanced", "success")
+
+        # Check mode: says what would change, changes nothing.
+        res = run("all-1g.10gb", "--check")
+        out = " ".join(res.stdout.split())
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert ("r-a100: lab-a100-gpu0-balanced (success) -> all-1g.10gb: "
+                "GPU 0 2x1g.10gb+1x2g.20gb+1x3g.40gb -> 7x1g.10gb, GPU 1 MIG off -> 7x1g.10gb") in out, out[-3000:]
+        assert node()["metadata"]["labels"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
+        assert not node()["spec"].get("unschedulable") and DRAINED not in node()["metadata"].get("annotations", {})
+        assert _running(kubeconfig, "r-a100") == before
+
+        # A config the MIG manager's ConfigMap lacks: named with what it has, before anything changes.
+        res = run("all-9g.90gb")
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0
+        assert ("gpuops_mig_reconfigure_config: 'all-9g.90gb' is not a config of the MIG manager "
+                "(ConfigMap gpu-operator/default-mig-parted-config has") in out, out[-3000:]
+        assert not node()["spec"].get("unschedulable") and _running(kubeconfig, "r-a100") == before
+
+        # A PDB that allows no disruption: the other GPU pod is evicted, this one waits, then the node fails
+        # with the budget named and stays cordoned, its label untouched; the CPU pod stays.
+        res = run("all-1g.10gb", gpuops_mig_reconfigure_drain_timeout=8)
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0
+        assert re.search(r"node r-a100: 1 Pod\(s\) not evicted in 8s: ml/guarded-\S+ "
+                         r"\(PodDisruptionBudget ml/guarded \(disruptions allowed: 0\)\)", out), out[-3000:]
+        assert node()["spec"]["unschedulable"] is True and node()["metadata"]["annotations"][DRAINED] == "false"
+        assert node()["metadata"]["labels"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
+        running = _running(kubeconfig, "r-a100")
+        assert "train" not in running and running["guarded"] == before["guarded"] and running["web"] == before["web"]
+
+        # The budget relaxed, a re-run finishes: the MIG manager applied the config, the node advertises it and
+        # is schedulable again, the record gone; the GPU pods come back onto it.
+        kubectl(kubeconfig, "patch", "pdb", "-n", "ml", "guarded", "--type=merge", "-p", '{"spec":{"maxUnavailable":1}}')
+        res = run("all-1g.10gb", gpuops_mig_reconfigure_smoke_test=True)
+        out = " ".join(res.stdout.split())
+        assert res.returncode == 0, res.stdout[-3000:]
+        labels, allocatable = node()["metadata"]["labels"], node()["status"]["allocatable"]
+        assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("all-1g.10gb", "success")
+        assert allocatable.get("nvidia.com/mig-1g.10gb") == "14" and allocatable.get("nvidia.com/mig-3g.40gb", "0") == "0"
+        assert not node()["spec"].get("unschedulable") and DRAINED not in node()["metadata"].get("annotations", {})
+        after = _wait_running(kubeconfig, "r-a100", {"train", "guarded", "web"})
+        assert set(after) == {"train", "guarded", "web"} and after["guarded"] != before["guarded"] and after["web"] == before["web"]
+
+        # A second run changes nothing.
+        res = run("all-1g.10gb")
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert recap(res.stdout)["r-a100"]["changed"] == 0, res.stdout[-3000:]
+        assert "r-a100: in all-1g.10gb already" in " ".join(res.stdout.split())
+        assert _running(kubeconfig, "r-a100") == after
+
+        # Cordoned before, and a config the MIG manager fails: the node stays cordoned with the reason; once the
+        # cause is gone a re-run asks the MIG manager again (the label taken off and set), and the node, cordoned
+        # before the first run, stays cordoned.
+        kubectl(kubeconfig, "cordon", "r-a100")
+        kubectl(kubeconfig, "annotate", "node", "r-a100", "gpuops-lab/mig-fail=true", "--overwrite")
+        try:
+            res = run("lab-a100-gpu0-balanced")
+        finally:
+            kubectl(kubeconfig, "annotate", "node", "r-a100", "gpuops-lab/mig-fail-")
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0
+        assert "r-a100: the MIG manager failed to apply lab-a100-gpu0-balanced (nvidia.com/mig.config.state=failed)" in out, out[-3000:]
+        assert "r-a100 is left cordoned" in out
+        assert node()["spec"]["unschedulable"] is True and node()["metadata"]["annotations"][DRAINED] == "true"
+        assert _running(kubeconfig, "r-a100") == {"web": before["web"]}
+        res = run("lab-a100-gpu0-balanced")
+        assert res.returncode == 0, res.stdout[-3000:]
+        labels = node()["metadata"]["labels"]
+        assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("lab-a100-gpu0-balanced", "success")
+        assert node()["status"]["allocatable"].get("nvidia.com/mig-1g.10gb") == "2"
+        assert node()["spec"]["unschedulable"] is True and DRAINED not in node()["metadata"].get("annotations", {})
+    finally:
+        kubectl(kubeconfig, "uncordon", "r-a100")
+        kubectl(kubeconfig, "delete", "namespace", "ml", "--wait=true")
 
 
 # A stand-in for the Prometheus Operator's CRD (its schema is not the subject: the role's fields are).

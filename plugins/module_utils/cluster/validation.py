@@ -168,12 +168,14 @@ def request_for(expected: dict[str, int]) -> str | None:
 
 
 def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict[str, Any]:
-    """The smoke-test Job of one Node: pinned to it, one unit of `resource`, no privileges."""
+    """The smoke-test Job of one Node: pinned to it (cordoned or not), one unit of `resource`, no privileges."""
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        # A node being changed (MIG, driver) is checked while still cordoned: the pod tolerates the cordon.
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [{
             "name": "smoke-test",
             "image": settings.image,

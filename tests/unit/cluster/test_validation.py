@@ -138,6 +138,22 @@ def test_the_job_asks_for_a_whole_gpu_else_the_first_mig_profile():
     assert seen == {"a": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}, "b": {"limits": {"nvidia.com/gpu": "1"}}}
 
 
+def test_the_job_runs_on_a_cordoned_node():
+    """A node being changed (mig_reconfigure, a driver upgrade) is validated before it is uncordoned."""
+    clock = Clock()
+    cluster = FakeCluster(clock, {"a": {"nvidia.com/gpu": 1}})
+    tolerations: list = []
+    create = cluster.create_job
+
+    def record(namespace: str, manifest: dict) -> None:
+        tolerations.extend(manifest["spec"]["template"]["spec"]["tolerations"])
+        create(namespace, manifest)
+
+    cluster.create_job = record  # type: ignore[method-assign]
+    validate(cluster, {"a": {"nvidia.com/gpu": 1}}, SETTINGS, clock)
+    assert {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+
+
 def test_allocatable_that_appears_late_is_waited_for():
     clock = Clock()
     cluster = FakeCluster(clock, {"h100": {"nvidia.com/gpu": 8}}, ready_at=10)
