@@ -199,6 +199,13 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
     out: dict[str, Any] = {"errors": [], "gpus": [], "entries": [], "current": labels.get(cluster_validation.MIG_CONFIG),
                            "state": labels.get(cluster_validation.MIG_STATE)}
     out["done"] = out["current"] == name and out["state"] == "success"
+    info = cluster_facts.slim(cast(GpuInfo, facts))
+    if not cluster_facts.mig_capable(info):
+        # A run over every GPU node leaves the others alone (the MIG manager does not run there either).
+        names = sorted({str(g.get("name") or g.get("device_id")) for g in (facts.get("pci") or {}).get("gpus") or []})
+        out["skip"] = f"no GPU here can do MIG ({', '.join(names) or 'no GPU'}); left alone"
+        return out
+    out["skip"] = ""
     if not node:
         out["errors"].append(f"no Node {node_name} in the cluster (gpuops_cluster_node_name names another)")
         return out

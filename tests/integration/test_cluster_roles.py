@@ -404,6 +404,7 @@ spec:
       containers: [{name: c, image: busybox}]
 """
 DRAINED = "gpuops.nvidia/mig-reconfigure.node-initial-state.unschedulable"
+FAILURE = "gpuops.nvidia/mig-reconfigure.failure"
 
 
 def _running(kubeconfig: Path, node: str) -> dict[str, str]:
@@ -430,8 +431,8 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
     manifest.write_text(WORKLOAD)
     kubectl(kubeconfig, "apply", "-f", str(manifest))
 
-    def run(config: str, *args: str, **extra) -> subprocess.CompletedProcess[str]:
-        return playbook(inventory, "--limit", "r-a100", *args, play="mig_reconfigure.yml",
+    def run(config: str, *args: str, limit: str = "r-a100", **extra) -> subprocess.CompletedProcess[str]:
+        return playbook(inventory, "--limit", limit, *args, play="mig_reconfigure.yml",
                         extra={"gpuops_mig_reconfigure_config": config, "gpuops_mig_reconfigure_smoke_test": False,
                                "gpuops_mig_reconfigure_timeout": 90, **extra})
 
@@ -444,10 +445,11 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
         labels = node()["metadata"]["labels"]
         assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("lab-a100-gpu0-balanced", "success")
 
-        # Check mode: says what would change, changes nothing.
-        res = run("all-1g.10gb", "--check")
+        # Check mode: says what would change, changes nothing; a node without MIG is left alone.
+        res = run("all-1g.10gb", "--check", limit="r-a100,r-l40s")
         out = " ".join(res.stdout.split())
         assert res.returncode == 0, res.stdout[-3000:]
+        assert "r-l40s: no GPU here can do MIG (NVIDIA L40S); left alone" in out, out[-3000:]
         assert ("r-a100: lab-a100-gpu0-balanced (success) -> all-1g.10gb: "
                 "GPU 0 2x1g.10gb+1x2g.20gb+1x3g.40gb -> 7x1g.10gb, GPU 1 MIG off -> 7x1g.10gb") in out, out[-3000:]
         assert node()["metadata"]["labels"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
@@ -462,6 +464,18 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
                 "(ConfigMap gpu-operator/default-mig-parted-config has") in out, out[-3000:]
         assert not node()["spec"].get("unschedulable") and _running(kubeconfig, "r-a100") == before
 
+        # A GPU pod no controller would recreate: refused before the cordon, nothing changed.
+        kubectl(kubeconfig, "run", "-n", "ml", "notebook", "--image=busybox", "--restart=Never",
+                "--overrides", json.dumps({"spec": {"nodeName": "r-a100", "containers": [
+                    {"name": "notebook", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
+        res = run("all-1g.10gb")
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0
+        assert re.search(r"node r-a100: not drained, nothing changed: ml/notebook: no controller would recreate it "
+                         r"\(set gpuops_mig_reconfigure_drain_force to evict it anyway\)\. Nothing changed on r-a100", out), out[-3000:]
+        assert not node()["spec"].get("unschedulable") and not {DRAINED, FAILURE} & set(node()["metadata"].get("annotations", {}))
+        kubectl(kubeconfig, "delete", "pod", "-n", "ml", "notebook", "--wait=true")
+
         # A PDB that allows no disruption: the other GPU pod is evicted, this one waits, then the node fails
         # with the budget named and stays cordoned, its label untouched; the CPU pod stays.
         res = run("all-1g.10gb", gpuops_mig_reconfigure_drain_timeout=8)
@@ -469,7 +483,9 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
         assert res.returncode != 0
         assert re.search(r"node r-a100: 1 Pod\(s\) not evicted in 8s: ml/guarded-\S+ "
                          r"\(PodDisruptionBudget ml/guarded \(disruptions allowed: 0\)\)", out), out[-3000:]
+        assert "r-a100 is left cordoned" in out
         assert node()["spec"]["unschedulable"] is True and node()["metadata"]["annotations"][DRAINED] == "false"
+        assert node()["metadata"]["annotations"][FAILURE].startswith("all-1g.10gb: node r-a100: 1 Pod(s) not evicted in 8s")
         assert node()["metadata"]["labels"]["nvidia.com/mig.config"] == "lab-a100-gpu0-balanced"
         running = _running(kubeconfig, "r-a100")
         assert "train" not in running and running["guarded"] == before["guarded"] and running["web"] == before["web"]
@@ -483,7 +499,7 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
         labels, allocatable = node()["metadata"]["labels"], node()["status"]["allocatable"]
         assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("all-1g.10gb", "success")
         assert allocatable.get("nvidia.com/mig-1g.10gb") == "14" and allocatable.get("nvidia.com/mig-3g.40gb", "0") == "0"
-        assert not node()["spec"].get("unschedulable") and DRAINED not in node()["metadata"].get("annotations", {})
+        assert not node()["spec"].get("unschedulable") and not {DRAINED, FAILURE} & set(node()["metadata"].get("annotations", {}))
         after = _wait_running(kubeconfig, "r-a100", {"train", "guarded", "web"})
         assert set(after) == {"train", "guarded", "web"} and after["guarded"] != before["guarded"] and after["web"] == before["web"]
 
@@ -508,13 +524,14 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
         assert "r-a100: the MIG manager failed to apply lab-a100-gpu0-balanced (nvidia.com/mig.config.state=failed)" in out, out[-3000:]
         assert "r-a100 is left cordoned" in out
         assert node()["spec"]["unschedulable"] is True and node()["metadata"]["annotations"][DRAINED] == "true"
+        assert "the MIG manager failed to apply" in node()["metadata"]["annotations"][FAILURE]
         assert _running(kubeconfig, "r-a100") == {"web": before["web"]}
         res = run("lab-a100-gpu0-balanced")
         assert res.returncode == 0, res.stdout[-3000:]
         labels = node()["metadata"]["labels"]
         assert (labels["nvidia.com/mig.config"], labels["nvidia.com/mig.config.state"]) == ("lab-a100-gpu0-balanced", "success")
         assert node()["status"]["allocatable"].get("nvidia.com/mig-1g.10gb") == "2"
-        assert node()["spec"]["unschedulable"] is True and DRAINED not in node()["metadata"].get("annotations", {})
+        assert node()["spec"]["unschedulable"] is True and not {DRAINED, FAILURE} & set(node()["metadata"].get("annotations", {}))
     finally:
         kubectl(kubeconfig, "uncordon", "r-a100")
         kubectl(kubeconfig, "delete", "namespace", "ml", "--wait=true")
