@@ -357,52 +357,24 @@ def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_clust
     assert "r-a100: nvidia.com/gpu=1, nvidia.com/mig-1g.10gb=2" in " ".join(res.stdout.split())
 
 
-WORKLOAD = """
-apiVersion: v1
-kind: Namespace
-metadata: {name: ml}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: train, namespace: ml}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: train}}
-  template:
-    metadata: {labels: {app: train}}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: r-a100}
-      containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/mig-1g.10gb: "1"}}}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: guarded, namespace: ml}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: guarded}}
-  template:
-    metadata: {labels: {app: guarded}}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: r-a100}
-      containers: [{name: c, image: busybox, resources: {limits: {nvidia.com/mig-1g.10gb: "1"}}}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: guarded, namespace: ml}
-spec: {maxUnavailable: 0, selector: {matchLabels: {app: guarded}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: ml}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      nodeSelector: {kubernetes.io/hostname: r-a100}
-      containers: [{name: c, image: busybox}]
-"""
+def _deployment(app: str, limits: dict | None = None) -> dict:
+    """One replica of busybox on r-a100 (KWOK runs no container)."""
+    container = {"name": "c", "image": "busybox", **({"resources": {"limits": limits}} if limits else {})}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": "ml"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}}, "template": {
+                "metadata": {"labels": {"app": app}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": "r-a100"}, "containers": [container]}}}}
+
+
+# Two GPU workloads (one whose PodDisruptionBudget allows no disruption) and a CPU one on the A100 node.
+WORKLOAD = [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}},
+    _deployment("train", {"nvidia.com/mig-1g.10gb": "1"}),
+    _deployment("guarded", {"nvidia.com/mig-1g.10gb": "1"}),
+    {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded", "namespace": "ml"},
+     "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}},
+    _deployment("web"),
+]
 DRAINED = "gpuops.nvidia/mig-reconfigure.node-initial-state.unschedulable"
 FAILURE = "gpuops.nvidia/mig-reconfigure.failure"
 
@@ -428,7 +400,7 @@ def test_mig_reconfigure_drains_the_gpu_pods_and_has_the_mig_manager_apply_the_c
     before and a config the MIG manager fails, each checked on the API server."""
     kubeconfig, inventory = lab_cluster
     manifest = inventory.with_name("mig-workload.yaml")
-    manifest.write_text(WORKLOAD)
+    manifest.write_text(yaml.safe_dump_all(WORKLOAD))
     kubectl(kubeconfig, "apply", "-f", str(manifest))
 
     def run(config: str, *args: str, limit: str = "r-a100", **extra) -> subprocess.CompletedProcess[str]:

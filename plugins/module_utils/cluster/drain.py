@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
-__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "requests_gpu", "select", "selector_matches", "uncordon_patch"]
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
+
+__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "requests_gpu", "select", "uncordon_patch"]
 
 GPU_PREFIX = "nvidia.com/"
 MIRROR = "kubernetes.io/config.mirror"
@@ -82,28 +84,6 @@ def select(pods: Iterable[Mapping[str, Any]], gpu_only: bool, force: bool, delet
     return out
 
 
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A LabelSelector (matchLabels, matchExpressions) against labels; an empty selector matches everything,
-    a missing one nothing (as a PodDisruptionBudget's)."""
-    if selector is None:
-        return False
-    labels = labels or {}
-    for name, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(name) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        name, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(name) not in values:
-            return False
-        if op == "NotIn" and name in labels and labels[name] in values:
-            return False
-        if op == "Exists" and name not in labels:
-            return False
-        if op == "DoesNotExist" and name in labels:
-            return False
-    return True
-
-
 def blocking_pdbs(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) -> list[str]:
     """The PodDisruptionBudgets of the Pod's namespace that select it, as ns/name (allowed disruptions)."""
     meta = pod.get("metadata") or {}
@@ -111,7 +91,7 @@ def blocking_pdbs(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) -> 
     for pdb in pdbs:
         pmeta = pdb.get("metadata") or {}
         if pmeta.get("namespace") == meta.get("namespace") and \
-                selector_matches((pdb.get("spec") or {}).get("selector"), meta.get("labels") or {}):
+                selector_matches((pdb.get("spec") or {}).get("selector"), meta.get("labels") or {}, absent=False):
             allowed = (pdb.get("status") or {}).get("disruptionsAllowed", "?")
             out.append(f"{pmeta.get('namespace')}/{pmeta.get('name')} (disruptions allowed: {allowed})")
     return sorted(out)

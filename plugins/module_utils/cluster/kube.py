@@ -26,7 +26,8 @@ except ImportError:
     class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in while the kubernetes client is missing (connect() fails before any call): nothing raises it."""
 
-__all__ = ["AUTH_ARGS", "ApiException", "api_client", "api_error", "auth_settings", "connect", "in_parallel", "self_sufficient"]
+__all__ = ["AUTH_ARGS", "ApiException", "api_client", "api_error", "auth_settings", "connect", "in_parallel", "selector_matches",
+           "self_sufficient"]
 
 _PROXY_HEADERS: dict[str, Any] = {
     "proxy_basic_auth": {"type": "str", "no_log": True},
@@ -191,3 +192,26 @@ def api_error(exc: Exception) -> str:
         except ValueError:
             return str(body)
     return str(exc)
+
+
+def selector_matches(selector: Any, labels: Mapping[str, str] | None, absent: bool = True) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions) against labels, as the API server matches it; an empty
+    selector matches everything. `absent`: what no selector at all means where it is used (True: everything,
+    as NFD's namespace selector; False: nothing, as a PodDisruptionBudget's)."""
+    if not isinstance(selector, dict):
+        return absent
+    labels = labels or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != str(value):
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True

@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
+
 NVIDIA_NS = "nvidia.com"
 # Label names GFD sets on every GPU node, for the whitelist check (the part after nvidia.com/).
 GFD_LABEL_NAMES = ("gpu.product", "gpu.count", "gpu.memory", "gpu.family", "cuda.driver-version.major")
@@ -108,25 +110,6 @@ def master(deployment: dict, configmaps: dict[str, dict], load: Callable[[str], 
             "image": str(container.get("image", "")), "config": config}
 
 
-def _selector_matches(selector: Any, labels: dict[str, str]) -> bool:
-    if not isinstance(selector, dict):
-        return True
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != str(value):
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and labels.get(key) in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
-
-
 def drops_gfd_labels(found: Master, gfd_namespace_labels: dict[str, str]) -> list[str]:
     """Why this nfd-master would not publish GFD's labels; empty when it would."""
     where = f"nfd-master {found['namespace']}/{found['name']}"
@@ -157,7 +140,7 @@ def drops_gfd_labels(found: Master, gfd_namespace_labels: dict[str, str]) -> lis
         if restrictions.get(key) is True:
             reasons.append(f"{where} has restrictions.{key}: labels from NodeFeature objects are not published")
     selector = restrictions.get("nodeFeatureNamespaceSelector")
-    if selector and not _selector_matches(selector, gfd_namespace_labels):
+    if selector and not selector_matches(selector, gfd_namespace_labels):
         reasons.append(f"{where} reads NodeFeature objects only from namespaces matching {selector}, which GFD's "
                        f"namespace (labels {gfd_namespace_labels}) does not")
     return reasons

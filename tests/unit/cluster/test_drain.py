@@ -5,6 +5,7 @@ Pods are the API's JSON as `kubectl get pod -o json` shows them (trimmed to the 
 from __future__ import annotations
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drain
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
 
 NAMES = {"force": "v_force", "delete_emptydir_data": "v_delete_emptydir_data"}
 
@@ -58,15 +59,15 @@ def test_pods_that_would_be_lost_are_refused_naming_the_variable_that_allows_the
 
 def test_label_selectors_match_as_the_api_server_does():
     labels = {"app": "train", "tier": "gpu"}
-    assert drain.selector_matches({}, labels)
-    assert not drain.selector_matches(None, labels)
-    assert drain.selector_matches({"matchLabels": {"app": "train"}}, labels)
-    assert not drain.selector_matches({"matchLabels": {"app": "web"}}, labels)
-    assert drain.selector_matches({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu", "x"]}]}, labels)
-    assert not drain.selector_matches({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, labels)
-    assert drain.selector_matches({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}, labels)
-    assert drain.selector_matches({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, labels)
-    assert not drain.selector_matches({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, labels)
+    assert selector_matches({}, labels)
+    assert not selector_matches(None, labels, absent=False)
+    assert selector_matches({"matchLabels": {"app": "train"}}, labels)
+    assert not selector_matches({"matchLabels": {"app": "web"}}, labels)
+    assert selector_matches({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu", "x"]}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gpu"]}]}, labels)
+    assert selector_matches({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}, labels)
+    assert selector_matches({"matchExpressions": [{"key": "app", "operator": "Exists"}]}, labels)
+    assert not selector_matches({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, labels)
 
 
 def test_the_budgets_that_hold_a_pod_are_those_of_its_namespace_that_select_it():
