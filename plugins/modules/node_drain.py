@@ -179,7 +179,7 @@ class Drain:
         return json.loads(res.data).get("items") or []
 
     def record(self, node: dict) -> None:
-        value = ((node.get("metadata") or {}).get("annotations") or {}).get(self.p["initial_state_annotation"])
+        value = drain.record(node, self.p["initial_state_annotation"])
         self.result["initially_unschedulable"] = None if value is None else value == "true"
 
     def diff(self, before: dict, after_unschedulable: bool, after_record: str | None, pods: list[str]) -> None:
@@ -187,8 +187,7 @@ class Drain:
             return
         ann = self.p["initial_state_annotation"]
         self.result["diff"] = {
-            "before": {"unschedulable": bool((before.get("spec") or {}).get("unschedulable")),
-                       ann: ((before.get("metadata") or {}).get("annotations") or {}).get(ann), "pods": pods},
+            "before": {"unschedulable": drain.unschedulable(before), ann: drain.record(before, ann), "pods": pods},
             "after": {"unschedulable": after_unschedulable, ann: after_record, "pods": []},
         }
 
@@ -200,7 +199,7 @@ class Drain:
             return
         self.result["changed"] = True
         self.result["uncordoned"] = "spec" in patch
-        unschedulable = bool((node.get("spec") or {}).get("unschedulable")) and not self.result["uncordoned"]
+        unschedulable = drain.unschedulable(node) and not self.result["uncordoned"]
         self.diff(node, unschedulable, None, [])
         if not self.module.check_mode:
             self.call("uncordoning", self.core.patch_node, self.p["name"], patch)
@@ -215,9 +214,7 @@ class Drain:
         patch = drain.cordon_patch(node, self.p["initial_state_annotation"])
         evict = [drain.key(p) for p in sel["evict"]]
         self.result.update(changed=bool(patch or evict), cordoned=bool(patch and "spec" in patch), evicted=evict)
-        ann = self.p["initial_state_annotation"]
-        recorded = ((node.get("metadata") or {}).get("annotations") or {}).get(ann) or \
-            ("true" if (node.get("spec") or {}).get("unschedulable") else "false")
+        recorded = drain.record(node, self.p["initial_state_annotation"]) or ("true" if drain.unschedulable(node) else "false")
         if patch or evict:
             self.diff(node, True, recorded, evict)
         if self.module.check_mode:

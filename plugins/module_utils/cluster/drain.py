@@ -13,7 +13,8 @@ from typing import Any, TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
 
-__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "requests_gpu", "select", "uncordon_patch"]
+__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "record", "requests_gpu", "select", "uncordon_patch",
+           "unschedulable"]
 
 GPU_PREFIX = "nvidia.com/"
 MIRROR = "kubernetes.io/config.mirror"
@@ -97,17 +98,23 @@ def blocking_pdbs(pod: Mapping[str, Any], pdbs: Iterable[Mapping[str, Any]]) -> 
     return sorted(out)
 
 
+def unschedulable(node: Mapping[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def record(node: Mapping[str, Any], annotation: str) -> str | None:
+    """The Node's record of its state before a drain ("true": it was cordoned already), None without one."""
+    return ((node.get("metadata") or {}).get("annotations") or {}).get(annotation)
+
+
 def cordon_patch(node: Mapping[str, Any], annotation: str) -> dict | None:
     """The patch that cordons the Node and records whether it was schedulable before (`annotation`: "true" when
     it was already unschedulable); None when the record is there already (a drain resumed: the first record
     stands) and the Node is cordoned."""
-    meta = node.get("metadata") or {}
-    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-    recorded = annotation in (meta.get("annotations") or {})
     patch: dict[str, Any] = {}
-    if not recorded:
-        patch["metadata"] = {"annotations": {annotation: "true" if unschedulable else "false"}}
-    if not unschedulable:
+    if record(node, annotation) is None:
+        patch["metadata"] = {"annotations": {annotation: "true" if unschedulable(node) else "false"}}
+    if not unschedulable(node):
         patch["spec"] = {"unschedulable": True}
     return patch or None
 
@@ -115,10 +122,10 @@ def cordon_patch(node: Mapping[str, Any], annotation: str) -> dict | None:
 def uncordon_patch(node: Mapping[str, Any], annotation: str) -> dict | None:
     """The patch that undoes cordon_patch: schedulable again only when the record says it was; the record
     removed. None when there is no record (nothing of ours to undo)."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    if annotation not in annotations:
+    recorded = record(node, annotation)
+    if recorded is None:
         return None
     patch: dict[str, Any] = {"metadata": {"annotations": {annotation: None}}}
-    if annotations[annotation] != "true" and (node.get("spec") or {}).get("unschedulable"):
+    if recorded != "true" and unschedulable(node):
         patch["spec"] = {"unschedulable": None}
     return patch
