@@ -20,8 +20,9 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
 - The nvidia module is looked for in /lib/modules/<boot kernel> (a DKMS build, a precompiled package).
   What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
   a module found and not blacklisted becomes the loaded kernel module: its version and flavour go to
-  proc/driver/nvidia/version (what Fabric Manager checks itself against). The fake NVML's answers stay
-  the profile's: the real daemons that would talk to the module (nvidia-persistenced) cannot run here.
+  proc/driver/nvidia/version (what Fabric Manager checks itself against), and the fake NVML reports that
+  version (driver_version, nvml_version), as the real library reports the loaded module's. Its other answers
+  stay the profile's: the real daemons that would talk to the module (nvidia-persistenced) cannot run here.
 
 Run as `python3 /opt/gpuops-lab/boot.py [HARDWARE_ROOT]`; stdlib only, Python 3.10 or later (Ubuntu 22.04 has 3.10).
 """
@@ -205,7 +206,24 @@ def load_driver(hw: str, info: dict) -> bool:
         return False
     with open(version_file, "w") as handle:
         handle.write(driver_version_line(version, "GPL" in (info.get("license") or "")))
+    conf = os.path.join(hw, "nvml/nvml.conf")
+    if os.path.isfile(conf):
+        with open(conf) as handle:
+            lines = handle.read().splitlines()
+        prefix = {"driver_version": version, "nvml_version": nvml_version(version, lines)}
+        lines = [f"{k}={prefix[k]}" if k in prefix else line for line, k in ((x, x.split("=", 1)[0]) for x in lines)]
+        with open(conf + ".tmp", "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        os.replace(conf + ".tmp", conf)
     return True
+
+
+def nvml_version(driver: str, conf_lines: list) -> str:
+    """NVML's version for a driver: the CUDA major of the profile's NVML version, then the driver's ('12.580.126.20')."""
+    for line in conf_lines:
+        if line.startswith("nvml_version=") and "." in line:
+            return line[len("nvml_version="):].split(".")[0] + "." + driver
+    return driver
 
 
 def unbind(hw: str, bus_ids: list, driver: str) -> list:

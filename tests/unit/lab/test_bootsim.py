@@ -170,8 +170,10 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     record = bootsim.boot(str(hw), str(root), Runner())
     assert record["driver_loaded"] is True
     assert (hw / "proc/driver/nvidia/version").read_text() == "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.126.20  Release Build\n"
-    # NVML's answers stay the profile's.
-    assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text().splitlines()
+    # NVML reports the loaded module's version, as the real library does; its other answers stay the profile's.
+    conf = (hw / "nvml/nvml.conf").read_text().splitlines()
+    assert "driver_version=580.126.20" in conf and "nvml_version=12.580.126.20" in conf
+    assert "driver_loaded=1" in conf
 
 
 def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
@@ -180,6 +182,7 @@ def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
     record = bootsim.boot(str(hw), str(root), Runner(config="blacklist nvidia\n"))
     assert record["driver_loaded"] is False
     assert "550.54.15" in (hw / "proc/driver/nvidia/version").read_text()
+    assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text().splitlines()
 
 
 def test_a_machine_without_a_loaded_driver_gets_none_from_the_module(machine):
