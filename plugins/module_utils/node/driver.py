@@ -238,6 +238,29 @@ def available_branches(names: list[str], candidates: dict[str, str | None], modu
     return sorted(found)
 
 
+_HEADLESS = re.compile(r"^nvidia-headless-no-dkms-(\d{3})(-[a-z-]+)?$")
+
+
+def transitional_branches(depends: dict[str, list[str]]) -> dict[int, tuple[str, str]]:
+    """Branch -> (its headless package, the other branch's package it depends on), for Ubuntu's transitional ones.
+
+    Canonical retires a branch by turning its packages into transitional ones that keep the old branch's version
+    but depend on the same package of a newer branch (Ubuntu 24.04's nvidia-headless-no-dkms-570-server-open
+    570.211.01 depends on nvidia-headless-no-dkms-580-server-open): installing the old branch installs the new one.
+    `depends` maps each headless package to its candidate's dependencies (apt-cache depends).
+    """
+    moved: dict[int, tuple[str, str]] = {}
+    for name, deps in depends.items():
+        m = _HEADLESS.match(name)
+        if not m:
+            continue
+        for dep in deps:
+            d = _HEADLESS.match(dep)
+            if d and d.group(1) != m.group(1) and d.group(2) == m.group(2):
+                moved[int(m.group(1))] = (name, dep)
+    return moved
+
+
 def _server(branch: int, module_type: str) -> tuple[str, str]:
     return f"{branch}-server", "-open" if module_type == "open" else ""
 

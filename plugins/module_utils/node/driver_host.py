@@ -71,6 +71,19 @@ def parse_policy(text: str) -> dict[str, str | None]:
     return candidates
 
 
+def parse_depends(text: str) -> dict[str, list[str]]:
+    """Dependencies from apt-cache depends: name -> the packages its Depends and PreDepends lines name."""
+    depends: dict[str, list[str]] = {}
+    name = None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            name = line.strip()
+            depends.setdefault(name, [])
+        elif name and line.strip().lstrip("|").startswith(("Depends:", "PreDepends:")):
+            depends[name].append(line.split(":", 1)[1].strip().strip("<>"))
+    return depends
+
+
 def installed_kernels(root: str = "/") -> list[str]:
     """Kernels installed in the root: /lib/modules entries that hold a kernel's own modules."""
     base = os.path.join(root, "lib/modules")
@@ -127,6 +140,14 @@ class Host:
             raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
         # A name apt does not know is absent from its answer: no candidate.
         return dict.fromkeys(names) | parse_policy(out)
+
+    def depends(self, names: list[str]) -> dict[str, list[str]]:
+        """What each package's candidate depends on (apt-cache depends); {} where apt cannot say."""
+        if not names:
+            return {}
+        rc, out, _err = self._cmd(["apt-cache", "depends", "--no-recommends", "--no-suggests", "--no-conflicts", "--no-breaks",
+                                   "--no-replaces", "--no-enhances", *names])
+        return parse_depends(out) if rc == 0 else {}
 
     def versions(self, family: str, names: list[str]) -> dict[str, list[str]]:
         """Every version the repositories offer of each package (apt-cache policy's tables, dnf repoquery)."""

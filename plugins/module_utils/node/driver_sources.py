@@ -26,6 +26,8 @@ class PackageIndex(Protocol):
 
     def package_names(self, prefix: str) -> list[str]: ...
 
+    def depends(self, names: list[str]) -> dict[str, list[str]]: ...
+
 
 @dataclass(frozen=True)
 class SourceQuery:
@@ -97,17 +99,29 @@ class UbuntuArchive(PackageSource):
         flavour = "-server" + ("-open" if query.module_type == "open" else "")
         names = [n for n in index.package_names("nvidia-headless-no-dkms-") if n.endswith(flavour)]
         candidates = index.candidates(names)
-        branches = driver.available_branches(names, candidates, query.module_type)
+        moved = driver.transitional_branches(index.depends(names))
+        branches = [b for b in driver.available_branches(names, candidates, query.module_type) if b not in moved]
         if any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in query.gpus):
             branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
         branch = query.branch if query.branch is not None else query.installed_branch
         if branch is None:
             branch = self._newest_complete(query, index, branches, candidates)
+        warnings = []
+        if branch in moved:
+            package, target = moved[branch]
+            why = (f"{package} {candidates.get(package)} in {self.where(query)} is a transitional package that depends on {target}: "
+                   f"installing branch {branch} installs branch {driver.package_branch(target, None)}")
+            if query.branch is not None:
+                raise driver.PlanError("gpuops_driver_branch", f"{branch}: {why}; branches with packages of their own here: "
+                                                               f"{', '.join(map(str, branches)) or 'none'}")
+            # The installed branch, retired since: the node keeps it, but any package installed for it brings the newer one.
+            warnings.append(f"branch {branch} (installed): {why}; set gpuops_driver_branch (with gpuops_driver_allow_branch_change) "
+                            "to move deliberately")
         packages = self._packages(query, branch)
         candidates |= index.candidates([p for p in packages if p not in candidates])
         driver.check_branch_for_gpus(branch, query.gpus)
         driver.check_candidates(query.family, packages, candidates, branch, self.where(query), branches)
-        return SourceChoice(branch, packages, query.module_type, query.module_type_reason, candidates)
+        return SourceChoice(branch, packages, query.module_type, query.module_type_reason, candidates, warnings)
 
     def _packages(self, query: SourceQuery, branch: int) -> list[str]:
         return driver.ubuntu_packages(branch, query.module_type, query.method, query.kernel, query.architecture, query.compute_only)

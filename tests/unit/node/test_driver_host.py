@@ -18,6 +18,8 @@ class FakeHost:
         self.policy = driver_host.parse_policy((RECORDED / f"{release}-policy.txt").read_text())
         names = RECORDED / f"{release}-pkgnames.txt"
         self.pkgnames = names.read_text() if names.exists() else ""
+        depends = RECORDED / f"{release}-depends.txt"
+        self.depends = depends.read_text() if depends.exists() else ""
         self.dpkg = dpkg
         self.license = license_text
         self.calls: list[list[str]] = []
@@ -28,6 +30,8 @@ class FakeHost:
         if argv[:2] == ["apt-cache", "policy"]:
             out = "".join(f"{n}:\n  Installed: (none)\n  Candidate: {self.policy[n] or '(none)'}\n" for n in argv[2:] if n in self.policy)
             return 0, out, ""
+        if argv[:2] == ["apt-cache", "depends"]:
+            return (0, self.depends, "") if self.depends else (100, "", "E: No packages found")
         if argv[:2] == ["apt-cache", "pkgnames"]:
             return 0, "\n".join(n for n in self.pkgnames.split() if n.startswith(argv[2])), ""
         if argv[0] in ("dpkg-query", "rpm"):
@@ -105,13 +109,24 @@ def test_a_branch_without_packages_names_the_branches_there_are(info_of, root):
         driver_host.make_plan(request(branch="545"), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
     assert exc.value.variable == "gpuops_driver_branch"
     assert "545: no package nvidia-headless-no-dkms-545-server-open" in str(exc.value)
-    assert "branches with packages here: 535, 550, 565, 570, 575, 580, 590, 595, 615" in str(exc.value)
+    # The archive's 535 to 575 and 590 are transitional now (their packages depend on 580's or 595's): not offered.
+    assert "branches with packages here: 580, 595, 615" in str(exc.value)
 
 
 def test_a_transitional_branch_is_refused(info_of, root):
-    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 515: nvidia-headless-no-dkms-515-server .* transitional package that installs branch 525"):
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 515: nvidia-headless-no-dkms-515-server 525\S+ in Ubuntu 22 \(distro repository\) "
+                                        r"is a transitional package that depends on nvidia-headless-no-dkms-535-server: installing branch 515 "
+                                        r"installs branch 535; branches with packages of their own here: 470, 580"):
         driver_host.make_plan(request(major_version="22", branch="515"), info_of("v100"), FakeHost("jammy").host(),
                               root("5.15.0-204-generic"))
+
+
+def test_a_retired_branch_that_keeps_its_version_but_depends_on_a_newer_one_is_refused(info_of, root):
+    """Ubuntu 24.04's 570-server-open packages are 570.211.01 and depend on 580's: asking for 570 would install 580."""
+    with pytest.raises(PlanError, match=r"gpuops_driver_branch: 570: nvidia-headless-no-dkms-570-server-open 570\.211\.01\S* .*depends on "
+                                        r"nvidia-headless-no-dkms-580-server-open: installing branch 570 installs branch 580; "
+                                        r"branches with packages of their own here: 580, 595, 615"):
+        driver_host.make_plan(request(branch="570", method="dkms"), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
 
 
 def test_open_on_a_v100_is_refused_before_any_command_but_the_package_list(info_of, root):

@@ -28,16 +28,24 @@ RECORDED = Path(__file__).parent / "recorded"
 class Index:
     """A package index answering from candidate versions, and remembering what it was asked."""
 
-    def __init__(self, candidates: dict[str, str | None], names: list[str] | None = None) -> None:
+    def __init__(self, candidates: dict[str, str | None], names: list[str] | None = None,
+                 depends: dict[str, list[str]] | None = None) -> None:
         self._candidates = candidates
         self._names = names or []
+        self._depends = depends or {}
         self.asked: list[tuple[str, list[str] | str]] = []
 
     @classmethod
     def recorded(cls, release: str) -> Index:
         names = RECORDED / f"{release}-pkgnames.txt"
+        depends = RECORDED / f"{release}-depends.txt"
         return cls(driver_host.parse_policy((RECORDED / f"{release}-policy.txt").read_text()),
-                   names.read_text().split() if names.exists() else [])
+                   names.read_text().split() if names.exists() else [],
+                   driver_host.parse_depends(depends.read_text()) if depends.exists() else {})
+
+    def depends(self, names: list[str]) -> dict[str, list[str]]:
+        self.asked.append(("depends", list(names)))
+        return {n: self._depends[n] for n in names if n in self._depends}
 
     def candidates(self, names: list[str]) -> dict[str, str | None]:
         self.asked.append(("candidates", list(names)))
@@ -95,8 +103,21 @@ def test_ubuntu_archive_keeps_the_installed_branch_without_reading_every_branch(
 
 def test_ubuntu_archive_without_a_branch_for_the_kernel_names_the_branches_it_has():
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: unset, and no -server driver branch has every package for kernel "
-                                        r"6.8.0-90-generic in Ubuntu 24 \(distro repository\) \(branches with packages: 535, 550,"):
+                                        r"6.8.0-90-generic in Ubuntu 24 \(distro repository\) \(branches with packages: 580, 595, 615\)"):
         UbuntuArchive().choose(query(kernel="6.8.0-90-generic"), Index.recorded("noble"))
+
+
+def test_ubuntu_archive_keeps_an_installed_branch_retired_since_and_says_what_an_install_would_bring():
+    """A node on 570 from before Canonical made 570's packages depend on 580's: the plan keeps it, with a warning."""
+    index = Index.recorded("noble")
+    # Candidates the recorded policy lacks (the DKMS method's packages of 570), as apt-cache policy answers them there.
+    index._candidates |= {"nvidia-headless-570-server-open": "570.211.01-0ubuntu1.24.04.1", "linux-headers-6.8.0-151-generic": "6.8.0-151.151"}
+    choice = UbuntuArchive().choose(query(installed_branch=570, method="dkms", kernel="6.8.0-151-generic"), index)
+    assert choice.branch == 570
+    assert choice.warnings == [
+        "branch 570 (installed): nvidia-headless-no-dkms-570-server-open 570.211.01-0ubuntu1.24.04.1 in Ubuntu 24 (distro repository) "
+        "is a transitional package that depends on nvidia-headless-no-dkms-580-server-open: installing branch 570 installs branch 580; "
+        "set gpuops_driver_branch (with gpuops_driver_allow_branch_change) to move deliberately"]
 
 
 def test_ubuntu_archive_stops_legacy_gpus_at_580():
