@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig as node_mig
 
@@ -243,6 +244,23 @@ def _layout(mig: bool, devices: list[str]) -> str:
     return "+".join(f"{devices.count(d)}x{d}" for d in sorted(set(devices))) or "MIG on, no devices"
 
 
+def driver_upgrade_plan(facts: Any, driver: Any, node: Any, kernel_release: str, node_name: str) -> dict:
+    """Where one node stands against the driver upgrade's target (module_utils/cluster/upgrade.node_plan)."""
+    if not isinstance(facts, dict) or not isinstance(driver, dict):
+        raise AnsibleFilterError("driver_upgrade_plan: the host's gpuops_gpu_info and the driver role's plan (driver_info) are needed")
+    return cluster_upgrade.node_plan(facts, driver, node if isinstance(node, dict) else None, str(kernel_release or ""), str(node_name))
+
+
+def driver_upgrade_restore(labels: Any) -> dict:
+    """The paused deploy labels of a Node put back to their values before the upgrade (only those that change)."""
+    return cluster_upgrade.restore_labels(labels if isinstance(labels, dict) else {})
+
+
+def driver_upgrade_waiting(pods: Any, daemonsets: Any, labels: Any) -> list:
+    """The paused components' pods still on the Node (namespace/name)."""
+    return cluster_upgrade.waiting_pods(list(pods or []), list(daemonsets or []), labels if isinstance(labels, dict) else {})
+
+
 def dcgm_metrics_errors(text: Any, extra: list) -> list:
     return cluster.check_metrics_csv("gpuops_dcgm_exporter_metrics", text, extra or [])
 
@@ -267,4 +285,7 @@ class FilterModule:
             "mig_errors": mig_errors,
             "mig_reconfigure_plan": mig_reconfigure_plan,
             "dcgm_metrics_errors": dcgm_metrics_errors,
+            "driver_upgrade_plan": driver_upgrade_plan,
+            "driver_upgrade_restore": driver_upgrade_restore,
+            "driver_upgrade_waiting": driver_upgrade_waiting,
         }

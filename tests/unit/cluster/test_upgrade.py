@@ -1,0 +1,131 @@
+"""The rolling driver upgrade's decisions (module_utils/cluster/upgrade.py, through the filters the role calls)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.filter.cluster import driver_upgrade_plan, driver_upgrade_restore, driver_upgrade_waiting
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade
+
+STATE = "nvidia.com/gpu-driver-upgrade-state"
+
+
+def driver(install: bool = True, installed: str | None = "570.195.03", branch: int = 580, kernel: str = "6.8.0-31-generic") -> dict:
+    return {"plan": {"install": install, "branch": branch, "method": "dkms", "kernel": kernel,
+                     "packages": ["nvidia-dkms-580-server-open", "nvidia-utils-580-server"] if install else []},
+            "installed": {"version": installed, "branch": int(installed.split(".")[0]) if installed else None}}
+
+
+def node(labels: dict | None = None, annotations: dict | None = None) -> dict:
+    return {"metadata": {"name": "gpu-01", "labels": {"nvidia.com/gpu.deploy.device-plugin": "true", **(labels or {})},
+                         "annotations": annotations or {}}}
+
+
+def facts(info_of, loaded: str | None = "570.195.03", kernel: str = "6.8.0-31-generic", modules: list | None = None) -> dict:
+    info = copy.deepcopy(info_of("hgx-h100"))
+    info["node"]["modules"]["version"] = loaded
+    info["node"]["modules"]["nvidia"] = ["nvidia", "nvidia_uvm"] if modules is None else modules
+    info["node"]["kernel"]["running"] = kernel
+    return info
+
+
+def test_a_node_on_the_old_branch_is_upgraded_and_its_components_paused(info_of):
+    out = driver_upgrade_plan(facts(info_of), driver(), node({"nvidia.com/gpu.deploy.dcgm-exporter": "true"}), "", "gpu-01")
+    assert out["errors"] == [] and out["skip"] == "" and not out["done"] and out["install"] and not out["resume"]
+    assert out["pause"] == {"nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade",
+                            "nvidia.com/gpu.deploy.dcgm-exporter": "paused-for-driver-upgrade"}
+    assert out["unload"] == ["nvidia_uvm", "nvidia"]
+    assert out["summary"] == "driver 570.195.03 -> branch 580 dkms: installs nvidia-dkms-580-server-open, nvidia-utils-580-server"
+
+
+def test_a_node_at_the_target_is_done_and_its_cluster_left_alone(info_of):
+    out = driver_upgrade_plan(facts(info_of, loaded="580.95.05"), driver(False, "580.95.05"), node(), "", "gpu-01")
+    assert out["done"] and out["at_target"] and out["summary"] == "driver 580.95.05 (branch 580) at the target"
+
+
+def test_installed_but_not_loaded_is_not_the_target(info_of):
+    out = driver_upgrade_plan(facts(info_of, loaded="570.195.03"), driver(False, "580.95.05"), node(), "", "gpu-01")
+    assert not out["done"] and not out["install"]
+    assert out["summary"] == "driver 570.195.03 (installed 580.95.05): installed, not running yet"
+
+
+@pytest.mark.parametrize("meta", [
+    {"labels": {STATE: "upgrade-failed"}},
+    {"labels": {STATE: "validation-required"}},
+    {"annotations": {upgrade.INITIAL_STATE: "false"}},
+])
+def test_an_upgrade_an_earlier_run_left_is_resumed_even_at_the_target(info_of, meta):
+    out = driver_upgrade_plan(facts(info_of, loaded="580.95.05"), driver(False, "580.95.05"), node(**meta), "", "gpu-01")
+    assert out["at_target"] and out["resume"] and not out["done"]
+
+
+def test_a_done_state_from_an_earlier_upgrade_is_not_a_resume(info_of):
+    out = driver_upgrade_plan(facts(info_of, loaded="580.95.05"), driver(False, "580.95.05"), node({STATE: "upgrade-done"}), "", "gpu-01")
+    assert out["done"] and not out["resume"]
+
+
+def test_the_skip_label_leaves_the_node_alone(info_of):
+    out = driver_upgrade_plan(facts(info_of), driver(), node({"nvidia.com/gpu-driver-upgrade.skip": "true"}), "", "gpu-01")
+    assert out["skip"].startswith("nvidia.com/gpu-driver-upgrade.skip=true")
+
+
+def test_a_missing_node_is_an_error_that_names_the_variable(info_of):
+    out = driver_upgrade_plan(facts(info_of), driver(), {}, "", "gpu-01")
+    assert out["errors"] and "gpuops_cluster_node_name" in out["errors"][0] and not out["done"]
+
+
+def test_a_new_kernel_takes_a_reboot_even_when_the_driver_is_at_the_target(info_of):
+    out = driver_upgrade_plan(facts(info_of, loaded="580.95.05"), driver(False, "580.95.05", kernel="6.8.0-60-generic"), node(),
+                              "6.8.0-60-generic", "gpu-01")
+    assert out["kernel_change"] and not out["done"]
+    assert out["reboot_reasons"] == ["the node runs kernel 6.8.0-31-generic; the upgrade boots 6.8.0-60-generic"]
+    assert out["summary"].endswith("; kernel 6.8.0-31-generic -> 6.8.0-60-generic")
+    # Once it runs that kernel, the node is at the target.
+    at = driver_upgrade_plan(facts(info_of, loaded="580.95.05", kernel="6.8.0-60-generic"),
+                             driver(False, "580.95.05", kernel="6.8.0-60-generic"), node(), "6.8.0-60-generic", "gpu-01")
+    assert at["done"]
+
+
+@pytest.mark.parametrize(("value", "paused"), [
+    ("true", "paused-for-driver-upgrade"),
+    ("false", "false_paused-for-driver-upgrade"),
+    ("paused-for-driver-upgrade", "paused-for-driver-upgrade"),
+    ("false_paused-for-driver-upgrade", "false_paused-for-driver-upgrade"),
+])
+def test_pausing_follows_the_driver_managers_rule_and_restoring_undoes_it(value, paused):
+    assert upgrade.paused_value(value) == paused
+    assert upgrade.restored_value(paused) == ("true" if value in ("true", "paused-for-driver-upgrade") else "false")
+
+
+def test_the_drivers_own_label_is_never_paused_and_restore_names_only_paused_labels():
+    labels = {"nvidia.com/gpu.deploy.driver": "pre-installed", "nvidia.com/gpu.deploy.device-plugin": "true",
+              "nvidia.com/gpu.deploy.dcgm": "paused-for-driver-upgrade", "nvidia.com/gpu.present": "true"}
+    assert upgrade.pause_labels(labels) == {"nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade"}
+    assert driver_upgrade_restore(labels) == {"nvidia.com/gpu.deploy.dcgm": "true"}
+
+
+def _ds(name: str, selector: dict) -> dict:
+    return {"metadata": {"name": name}, "spec": {"template": {"spec": {"nodeSelector": selector}}}}
+
+
+def _pod(name: str, owner: str, phase: str = "Running") -> dict:
+    return {"metadata": {"name": name, "namespace": "gpu-operator", "ownerReferences": [{"kind": "DaemonSet", "name": owner}]},
+            "status": {"phase": phase}}
+
+
+def test_the_wait_is_for_the_pods_of_the_daemonsets_the_paused_node_no_longer_matches():
+    daemonsets = [_ds("nvidia-device-plugin-daemonset", {"nvidia.com/gpu.deploy.device-plugin": "true"}),
+                  _ds("gpu-feature-discovery", {"nvidia.com/gpu.deploy.gpu-feature-discovery": "true"}),
+                  _ds("other", {"kubernetes.io/os": "linux"})]
+    pods = [_pod("dp-1", "nvidia-device-plugin-daemonset"), _pod("gfd-1", "gpu-feature-discovery"), _pod("o-1", "other"),
+            _pod("dp-old", "nvidia-device-plugin-daemonset", phase="Succeeded")]
+    labels = {"nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true"}
+    assert driver_upgrade_waiting(pods, daemonsets, labels) == ["gpu-operator/dp-1"]
+
+
+def test_modules_are_unloaded_users_first():
+    assert upgrade.unload_order(["nvidia", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia_peermem", "nvidia-fs"]) == [
+        "nvidia_peermem", "nvidia_fs", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
+    assert upgrade.unload_order(["nvidia_current", "nvidia_uvm"]) == ["nvidia_uvm", "nvidia_current"]
+    assert upgrade.unload_order([]) == []
