@@ -18,10 +18,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_STATE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
-# Not the operator's: why the last upgrade of the node failed (cleared by the run that finishes it).
-FAILURE = "gpuops.nvidia/driver-upgrade.failure"
 PAUSED = "paused-for-driver-upgrade"
-DONE, FAILED = "upgrade-done", "upgrade-failed"
+DONE = "upgrade-done"
 # The driver's own deploy label (`pre-installed` on a host driver) is not a component to pause.
 NOT_PAUSED = frozenset({DEPLOY_PREFIX + "driver"})
 # The NVIDIA kernel modules, users before what they use: modprobe -r takes them in this order.
