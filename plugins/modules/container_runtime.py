@@ -23,9 +23,13 @@ description:
   - "CRI-O: a drop-in in C(crio.conf.d/) with C([crio.runtime.runtimes.<name>]) (C(runtime_path),
     C(runtime_type = oci), the default runtime's other keys), optionally the default runtime; CDI is native."
   - The toolkit's C(/etc/nvidia-container-runtime/config.toml) (its C(mode) and any other key), in place.
-  - Refuses, before writing anything, what cannot work - CDI on containerd older than 1.7, a runtime name that
-    cannot be a RuntimeClass handler, a config version the installed containerd does not read, a file that
-    does not parse (with its line).
+  - Refuses, before writing anything, what cannot work - a runtime that is not installed, CDI on containerd older
+    than 1.7, a runtime name that cannot be a RuntimeClass handler, a config version the installed containerd does
+    not read, a file that does not parse (with its line), a runtime of the same name that is not runc-based (gVisor,
+    Kata), a result whose default runtime would not be defined.
+  - An edit in place is proven before it is written - the new text must parse to the old content plus exactly the
+    wanted keys; where tomlkit cannot make it (tables out of order), the keys are put in line by line and proven the
+    same way, else the file is refused, naming the drop-in alternative.
   - Atomic writes, a backup of each replaced file, diff and check mode. Does not restart the runtime; it
     returns RV(restart_required) and RV(rollback) for the handler that does.
 requirements:
@@ -58,9 +62,15 @@ options:
     type: path
     default: /usr/bin/nvidia-container-runtime
   set_as_default:
-    description: Make it the default runtime. With C(false) a default that names it is removed.
-    type: bool
-    default: false
+    description:
+      - C(keep) leaves the default runtime as it is (nodes whose images make C(nvidia) the default keep it);
+        C(true) makes this runtime the default; C(false) takes the default from it when it has it, back to
+        containerd's own (C(runc)), which is then defined too.
+      - Whatever the choice, the CRI plugin's default runtime is defined in the result (containerd refuses to
+        start the CRI plugin otherwise); a default that cannot be defined is refused before anything is written.
+      - Booleans are accepted for C(true) and C(false).
+    type: raw
+    default: keep
   cdi:
     description:
       - C(auto) enables CDI where the runtime supports it; C(enable) requires it (refused on containerd before 1.7);
@@ -102,6 +112,18 @@ options:
       - Where backups go. By default beside each file, except for CRI-O's drop-in directory, which CRI-O reads
         whole (a backup there would be loaded as configuration, and win) - those go to C(/etc/crio/gpuops-backups).
     type: path
+  variables:
+    description:
+      - The names error messages give the options, as option name to name (a role passes its variables, so
+        that a mistake is reported as the variable the user set, not as this module's option).
+    type: dict
+    default: {}
+  validate_only:
+    description:
+      - Check the options against the node only (the runtime installed, its version, the paths), without
+        reading or writing any config file and without tomlkit; a role runs it before it changes anything.
+    type: bool
+    default: false
   image_build:
     description: C(auto) detects an image build (chroot, no running systemd), returned as RV(image_build) so the
       caller does not restart the runtime there; C(true)/C(false) force it.
@@ -218,14 +240,18 @@ DEFAULTS = {
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 
-def detect_runtime(module: AnsibleModule) -> str:
-    found = [name for name, binary in (("containerd", "containerd"), ("crio", "crio")) if module.get_bin_path(binary)]
+def detect_runtime(wanted: str, found: list[str]) -> str:
+    """The runtime to configure: the one named, which must be installed, or the one installed."""
+    if wanted != "auto":
+        if wanted not in found:
+            raise cr.ConfigError(f"{wanted} is not installed on this node (no {wanted} executable in PATH; found: "
+                                 f"{', '.join(found) or 'none'}); name the runtime kubelet uses, or auto", "runtime")
+        return wanted
     if len(found) == 1:
         return found[0]
     if not found:
-        module.fail_json(msg="runtime: auto found neither containerd nor crio on this node; install one, or name it")
-    module.fail_json(msg="runtime: auto found both containerd and crio on this node; set runtime to the one kubelet uses")
-    return ""
+        raise cr.ConfigError("auto found neither containerd nor crio on this node; install one, or name it", "runtime")
+    raise cr.ConfigError("auto found both containerd and crio on this node; name the one kubelet uses", "runtime")
 
 
 def run(module: AnsibleModule, argv: list[str]) -> str:
@@ -259,7 +285,7 @@ def main() -> None:
             "drop_in": {"type": "str"},
             "runtime_name": {"type": "str", "default": "nvidia"},
             "runtime_path": {"type": "path", "default": "/usr/bin/nvidia-container-runtime"},
-            "set_as_default": {"type": "bool", "default": False},
+            "set_as_default": {"type": "raw", "default": "keep"},
             "cdi": {"type": "str", "choices": list(cr.CDI_CHOICES), "default": "auto"},
             "cdi_spec_dirs": {"type": "list", "elements": "path"},
             "runtime_config": {"type": "dict", "default": {}},
@@ -270,25 +296,52 @@ def main() -> None:
             "backup": {"type": "bool", "default": True},
             "backup_dir": {"type": "path"},
             "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "variables": {"type": "dict", "default": {}},
+            "validate_only": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
-    if not cr.HAS_TOMLKIT:
-        module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
     p = module.params
-    runtime = p["runtime"] if p["runtime"] != "auto" else detect_runtime(module)
-    config = p["config"] or DEFAULTS[runtime][0]
-    drop_in = DEFAULTS[runtime][1] if p["drop_in"] is None else p["drop_in"]
-    image_build = is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true"
-    result = {"runtime": runtime, "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
-              "image_build": image_build,
-              "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
+    names = p["variables"]
+    result: dict = {"runtime": p["runtime"], "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
+                    "image_build": is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true",
+                    "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
     try:
+        installed = [name for name in ("containerd", "crio") if module.get_bin_path(name)]
+        if p["containerd_version"] and "containerd" not in installed:
+            installed.append("containerd")  # an image built elsewhere: the version says it will be there
+        runtime = result["runtime"] = detect_runtime(p["runtime"], installed)
+        config = p["config"] or DEFAULTS[runtime][0]
+        drop_in = DEFAULTS[runtime][1] if p["drop_in"] is None else p["drop_in"]
+        if drop_in and os.path.isdir(drop_in):
+            raise cr.ConfigError(f"{drop_in!r} is a directory; give the path of a .toml file in it", "drop_in")
+        version = (0, 0, 0)
         if runtime == "containerd":
             if p["containerd_version"]:
                 version = cr.containerd_version("containerd " + p["containerd_version"])
             else:
                 version = cr.containerd_version(run(module, [module.get_bin_path("containerd", required=True), "--version"]))
+            result["runtime_version"] = ".".join(map(str, version))
+            warnings = cr.check_containerd_inputs(
+                version=version, drop_in_path=drop_in, name=p["runtime_name"], runtime_path=p["runtime_path"],
+                set_as_default=p["set_as_default"], cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"],
+                runtime_config=p["runtime_config"])
+        else:
+            if not drop_in:
+                raise cr.ConfigError("CRI-O is configured through a drop-in file; an empty drop_in is only for containerd", "drop_in")
+            warnings = cr.check_crio_inputs(drop_in_path=drop_in, name=p["runtime_name"], runtime_path=p["runtime_path"],
+                                            set_as_default=p["set_as_default"], cdi_spec_dirs=p["cdi_spec_dirs"])
+    except cr.ConfigError as exc:
+        module.fail_json(msg=exc.named(names), **result)
+    if p["validate_only"]:
+        for warning in warnings:
+            module.warn(warning)
+        module.exit_json(changed=False, files=[], restart_required=False, rollback=[], cdi_enabled=False,
+                         cdi_supported=runtime == "crio" or version >= cr.CDI_MIN, **result)
+    if not cr.HAS_TOMLKIT:
+        module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
+    try:
+        if runtime == "containerd":
             binary = module.get_bin_path("containerd")
             plan = cr.plan_containerd(
                 version=version, main_path=config, main_text=read_text(config),
@@ -296,11 +349,8 @@ def main() -> None:
                 drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
                 cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
-            result["runtime_version"] = ".".join(map(str, version))
             result["config_version"] = plan["config_version"]
         else:
-            if not drop_in:
-                raise cr.ConfigError("drop_in: CRI-O is configured through a drop-in file; an empty drop_in is only for containerd")
             if p["cdi"] == "skip":
                 module.warn("cdi: skip has no effect on CRI-O, whose CDI support is always on")
             plan = cr.plan_crio(
@@ -309,7 +359,9 @@ def main() -> None:
                 cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
         toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read_text(p["toolkit_config"]),
                                   mode=p["toolkit_mode"], settings=p["toolkit_settings"])
-    except (cr.ConfigError, NotTextError) as exc:
+    except cr.ConfigError as exc:
+        module.fail_json(msg=exc.named(names), **result)
+    except NotTextError as exc:
         module.fail_json(msg=str(exc), **result)
     except OSError as exc:
         module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)

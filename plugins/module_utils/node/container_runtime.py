@@ -45,7 +45,21 @@ TOOLKIT_MODES = ("auto", "cdi", "legacy", "jit-cdi", "csv")
 
 
 class ConfigError(Exception):
-    """Input or a file that cannot work; the message names it."""
+    """Input or a file that cannot work; the message names it.
+
+    `option` is the module option the message is about (the message is then shown as "<option>: <message>");
+    `named` shows it under the name the user set instead (a role's variable).
+    """
+
+    def __init__(self, message: str, option: str = "") -> None:
+        super().__init__(f"{option}: {message}" if option else message)
+        self.message = message
+        self.option = option
+
+    def named(self, names: Mapping[str, str] | None) -> str:
+        if self.option and names and names.get(self.option):
+            return f"{names[self.option]}: {self.message}"
+        return str(self)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,60 +148,195 @@ def _table_at(doc: Any, path: tuple[str, ...]) -> Any:
 
 
 class Editor:
-    """In-place edits of one TOML file that record what they change, checked by `finish`."""
+    """In-place edits of one TOML file, proven by `finish`.
+
+    Each edit is recorded and applied to plain data (`expected`: the old content plus exactly our changes).
+    `finish` first lets tomlkit make the edits (it keeps comments, order and layout); when tomlkit raises or
+    its text does not parse back to `expected` (tomlkit versions differ with tables written out of order: a
+    sub-table before its parent, one table's sub-tables apart), the same edits are made on the text's lines
+    (a key line replaced or put under its table's header, a missing table appended). The text that parses
+    back to `expected` wins; if neither does, the file is refused, never written half-right.
+    """
 
     def __init__(self, text: str | None, path: str) -> None:
         self.path = path
         self.text = text
-        self.doc = parse(text, path)
-        self.before = plain(self.doc)
+        self.before = plain(parse(text, path))
         self.expected = copy.deepcopy(self.before)
+        self.edits: list[tuple[str, tuple[str, ...], Any]] = []
 
     def set(self, path: tuple[str, ...], value: Any) -> None:
-        if get_path(self.expected, path) == value:
+        current = get_path(self.expected, path)
+        new = merged(current, value) if isinstance(value, Mapping) and isinstance(current, Mapping) else value
+        if current == new:
             return
-        parent = _table_at(self.doc, path[:-1])
-        current = parent.get(path[-1])
-        if isinstance(value, Mapping) and isinstance(current, Mapping):
-            _apply(current, value)
-        else:
-            parent[path[-1]] = value
-        _set_plain(self.expected, path, merged(get_path(self.expected, path) or {}, value)
-                   if isinstance(value, Mapping) else value)
+        self.edits.append(("set", path, value))
+        _set_plain(self.expected, path, new)
 
     def remove(self, path: tuple[str, ...]) -> None:
         if get_path(self.expected, path) is None:
             return
-        parent = get_path(self.doc, path[:-1]) if len(path) > 1 else self.doc
-        del parent[path[-1]]
+        self.edits.append(("remove", path, None))
         _set_plain(self.expected, path, None)
 
     def prepend(self, key: str, value: Any) -> None:
         """A top-level key placed before the first table (TOML requires it there)."""
-        if get_path(self.expected, (key,)) == value:
+        if self.expected.get(key) == value:
             return
-        if key in self.doc:
-            self.doc[key] = value
-        else:
-            body = self.doc.body
-            index = next((i for i, (k, item) in enumerate(body) if k is not None and isinstance(item, Mapping)), len(body))
-            fresh = tomlkit.document()
-            fresh[key] = value
-            body.insert(index, fresh.body[0])
-            # Re-parse so tomlkit's key map knows the inserted key.
-            self.doc = tomlkit.parse(tomlkit.dumps(self.doc))
+        self.edits.append(("top", (key,), value))
         self.expected[key] = copy.deepcopy(value)
 
     def finish(self) -> str:
         """The new text, after proving that it parses to the old content plus exactly our changes."""
-        text = tomlkit.dumps(self.doc)
-        if plain(self.doc) == self.before:
-            return self.text if self.text is not None else text
-        again = plain(tomlkit.parse(text))
-        if again != self.expected:
-            raise ConfigError(f"editing {self.path} in place would not give the expected content (a tomlkit "
-                              "formatting case we cannot handle); use a drop-in file instead")
-        return text
+        if not self.edits:
+            return self.text if self.text is not None else ""
+        tried = []
+        for method in (self._with_tomlkit, self._with_lines):
+            try:
+                text = method()
+            except (ConfigError, tomlkit.exceptions.TOMLKitError, KeyError, ValueError, TypeError) as exc:
+                tried.append(f"{exc}")
+                continue
+            try:
+                again = plain(tomlkit.parse(text))
+            except tomlkit.exceptions.TOMLKitError as exc:
+                tried.append(f"the result does not parse: {exc}")
+                continue
+            if again == self.expected:
+                return text
+            tried.append("the result differs from the old content plus our keys")
+        raise ConfigError(f"cannot edit {self.path} in place without changing what else it holds ({tried[-1]}); "
+                          "write the nvidia runtime to a drop-in file instead")
+
+    # -- tomlkit: keeps the layout exactly, but its handling of out-of-order tables varies by version.
+    def _with_tomlkit(self) -> str:
+        doc = tomlkit.parse(self.text or "")
+        for op, path, value in self.edits:
+            if op == "top":
+                doc = _tomlkit_prepend(doc, path[0], value)
+                continue
+            parent = _table_at(doc, path[:-1])
+            if op == "remove":
+                del parent[path[-1]]
+                continue
+            current = parent.get(path[-1])
+            if isinstance(value, Mapping) and isinstance(current, Mapping):
+                _apply(current, value)
+            else:
+                parent[path[-1]] = value
+        return tomlkit.dumps(doc)
+
+    # -- lines: every edit is a line replaced, removed or added under the table's one header, or a new table.
+    def _with_lines(self) -> str:
+        lines = (self.text or "").splitlines()
+        appended: dict[tuple[str, ...], list[str]] = {}
+        for op, path, value in self.edits:
+            if op == "top":
+                _line_set(lines, (), path[0], value, top=True)
+            elif op == "remove":
+                if not _line_remove(lines, path[:-1], path[-1]):
+                    raise ConfigError(f"{'.'.join(path)} is not a one-line key under its own table header")
+            else:
+                for leaf, leaf_value in _leaves(path, value):
+                    table, key = leaf[:-1], leaf[-1]
+                    if table in appended:
+                        appended[table].append(f"  {_key(key)} = {_scalar(leaf_value, '.'.join(leaf))}")
+                    elif not _line_set(lines, table, key, leaf_value):
+                        appended[table] = [f"  {_key(key)} = {_scalar(leaf_value, '.'.join(leaf))}"]
+        for table, body in appended.items():
+            lines += ["", f"[{'.'.join(_key(k) for k in table)}]", *body]
+        return "\n".join(lines) + "\n"
+
+
+def _tomlkit_prepend(doc: Any, key: str, value: Any) -> Any:
+    if key in doc:
+        doc[key] = value
+        return doc
+    body = doc.body
+    index = next((i for i, (k, item) in enumerate(body) if k is not None and isinstance(item, Mapping)), len(body))
+    fresh = tomlkit.document()
+    fresh[key] = value
+    body.insert(index, fresh.body[0])
+    # Re-parse so tomlkit's key map knows the inserted key.
+    return tomlkit.parse(tomlkit.dumps(doc))
+
+
+def _leaves(path: tuple[str, ...], value: Any) -> list[tuple[tuple[str, ...], Any]]:
+    if not isinstance(value, Mapping):
+        return [(path, value)]
+    return [leaf for k, v in value.items() for leaf in _leaves((*path, k), v)]
+
+
+_HEADER = re.compile(r"^\s*\[(?!\[)(.*)\]\s*(#.*)?$")
+
+
+def _header_path(line: str) -> tuple[str, ...] | None:
+    """The key path of a `[table]` header line, None for any other line."""
+    m = _HEADER.match(line)
+    if not m:
+        return None
+    try:
+        node: Any = plain(tomlkit.parse(f"[{m.group(1)}]\n"))
+    except tomlkit.exceptions.TOMLKitError:
+        return None
+    path: list[str] = []
+    while isinstance(node, Mapping) and len(node) == 1:
+        key = next(iter(node))
+        path.append(key)
+        node = node[key]
+    return tuple(path)
+
+
+def _table_lines(lines: list[str], table: tuple[str, ...], top: bool = False) -> tuple[int, int] | None:
+    """The line range (start, end) of a table's own keys: after its one header, up to the next header."""
+    headers = [(i, _header_path(line)) for i, line in enumerate(lines)]
+    headers = [(i, p) for i, p in headers if p is not None or lines[i].lstrip().startswith("[[")]
+    if top:
+        return 0, headers[0][0] if headers else len(lines)
+    own = [i for i, p in headers if p == table]
+    if len(own) != 1:
+        return None
+    start = own[0] + 1
+    end = next((i for i, _ in headers if i > own[0]), len(lines))
+    return start, end
+
+
+def _key_line(lines: list[str], start: int, end: int, key: str) -> int | None:
+    pattern = re.compile(r"^\s*(" + re.escape(key) + "|" + re.escape(json.dumps(key)) + r")\s*=")
+    return next((i for i in range(start, end) if pattern.match(lines[i])), None)
+
+
+def _line_set(lines: list[str], table: tuple[str, ...], key: str, value: Any, top: bool = False) -> bool:
+    """Set a one-line key under the table's header; False when the table has no header of its own."""
+    span = _table_lines(lines, table, top)
+    if span is None:
+        return False
+    start, end = span
+    text = f"{_key(key)} = {_scalar(value, '.'.join((*table, key)))}"
+    found = _key_line(lines, start, end, key)
+    if found is not None:
+        indent = lines[found][: len(lines[found]) - len(lines[found].lstrip())]
+        lines[found] = indent + text
+        return True
+    if top:
+        lines.insert(start if start == 0 else end, text)
+        return True
+    # Indented like the table's first key, or the header plus two spaces.
+    first = next((lines[i] for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#")), None)
+    header = lines[start - 1]
+    indent = (first[: len(first) - len(first.lstrip())] if first is not None
+              else header[: len(header) - len(header.lstrip())] + "  ")
+    lines.insert(start, indent + text)
+    return True
+
+
+def _line_remove(lines: list[str], table: tuple[str, ...], key: str) -> bool:
+    span = _table_lines(lines, table)
+    found = _key_line(lines, *span, key) if span else None
+    if found is None:
+        return False
+    del lines[found]
+    return True
 
 
 def _key(key: str) -> str:
@@ -302,46 +451,93 @@ def nvidia_runtime(inherited: Mapping | None, runtime_path: str, extra: Mapping)
 
 def _check_runtime_name(name: str, what: str = "runtime_name") -> None:
     if not RUNTIME_NAME.match(name):
-        raise ConfigError(f"{what}: {name!r} is not a valid runtime handler name; a RuntimeClass handler is a "
-                          "DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)")
+        raise ConfigError(f"{name!r} is not a valid runtime handler name; a RuntimeClass handler is a "
+                          "DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)", what)
 
 
 def _check_path(value: str, what: str) -> None:
     if not value.startswith("/"):
-        raise ConfigError(f"{what}: {value!r} is not an absolute path")
+        raise ConfigError(f"{value!r} is not an absolute path", what)
 
 
-def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text: str | None,
-                    defaults: Callable[[], str | None] | None = None, drop_in_path: str = "", drop_in_text: str | None = None,
-                    name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
-                    set_as_default: bool = False, cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
-                    runtime_config: Mapping | None = None) -> dict:
-    """The containerd files to write for the nvidia runtime.
+DEFAULT_CHOICES = ("keep", "true", "false")
+# Runtime types that run runc (or a runc-compatible binary through BinaryName): an existing runtime of our name
+# with another type (gVisor's io.containerd.runsc.v1, Kata's shims) is somebody else's sandbox, never rewritten.
+RUNC_TYPES = ("", "io.containerd.runc.v2", "io.containerd.runc.v1", "io.containerd.runtime.v1.linux")
 
-    Returns files (path -> new text), config_version, plugin, cdi_enabled, cdi_supported and warnings.
-    Raises ConfigError, before anything is written, for input that cannot work.
-    """
+
+def default_choice(value: Any) -> str:
+    """set_as_default as one of keep/true/false (YAML booleans accepted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value).strip().lower()
+    text = {"yes": "true", "on": "true", "1": "true", "no": "false", "off": "false", "0": "false"}.get(text, text)
+    if text not in DEFAULT_CHOICES:
+        raise ConfigError(f"{value!r} is not one of keep (leave the default runtime as it is), true, false", "set_as_default")
+    return text
+
+
+def check_existing_runtime(data: Mapping, plugin: str, name: str, where: str) -> None:
+    """Refuse to turn a runtime of our name that is not runc-based into ours."""
+    existing = get_path(data, ("plugins", plugin, "containerd", "runtimes", name))
+    if not isinstance(existing, Mapping):
+        return
+    kind = existing.get("runtime_type") or ""
+    if kind not in RUNC_TYPES:
+        options = sorted((existing.get("options") or {}).keys()) if isinstance(existing.get("options"), Mapping) else []
+        raise ConfigError(
+            f"{where} already defines a runtime {name!r} of type {kind}" + (f" (options {', '.join(options)})" if options else "")
+            + ", which is not runc-based: it is not ours to rewrite. Name the nvidia runtime differently, or remove that "
+            "runtime first", "runtime_name")
+
+
+def check_containerd_inputs(*, version: tuple[int, int, int], drop_in_path: str = "", name: str = "nvidia",
+                            runtime_path: str = "/usr/bin/nvidia-container-runtime", set_as_default: bool | str = "keep",
+                            cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
+                            runtime_config: Mapping | None = None) -> list[str]:
+    """The inputs of `plan_containerd` that can be judged without reading the config (no tomlkit needed): raises
+    ConfigError for one that cannot work; returns the warnings."""
     _check_runtime_name(name)
     _check_path(runtime_path, "runtime_path")
+    default_choice(set_as_default)
     if cdi not in CDI_CHOICES:
-        raise ConfigError(f"cdi: {cdi!r} is not one of {', '.join(CDI_CHOICES)}")
+        raise ConfigError(f"{cdi!r} is not one of {', '.join(CDI_CHOICES)}", "cdi")
     for d in cdi_spec_dirs or []:
         _check_path(d, "cdi_spec_dirs")
     if drop_in_path:
         _check_path(drop_in_path, "drop_in")
         if not drop_in_path.endswith(".toml"):
-            raise ConfigError(f"drop_in: {drop_in_path!r} must end in .toml")
+            raise ConfigError(f"{drop_in_path!r} must end in .toml", "drop_in")
     extra = dict(runtime_config or {})
     if "options" in extra and not isinstance(extra["options"], Mapping):
-        raise ConfigError(f"runtime_config: options must be a table, not {extra['options']!r}")
-    warnings: list[str] = []
+        raise ConfigError(f"options must be a table, not {extra['options']!r}", "runtime_config")
+    version_text = ".".join(map(str, version))
+    if cdi == "enable" and version < CDI_MIN:
+        raise ConfigError(f"enable needs containerd 1.7 or later; this node has containerd {version_text}, "
+                          "which has no CDI support (use auto or skip, or upgrade containerd)", "cdi")
+    if cdi == "auto" and version < CDI_MIN:
+        return [f"containerd {version_text} has no CDI support: the nvidia runtime is configured without it"]
+    return []
+
+
+def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text: str | None,
+                    defaults: Callable[[], str | None] | None = None, drop_in_path: str = "", drop_in_text: str | None = None,
+                    name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
+                    set_as_default: bool | str = "keep", cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
+                    runtime_config: Mapping | None = None) -> dict:
+    """The containerd files to write for the nvidia runtime.
+
+    Returns files (path -> new text), config_version, plugin, cdi_enabled, cdi_supported and warnings.
+    Raises ConfigError, before anything is written, for input that cannot work and for a result containerd
+    would refuse (its CRI plugin's default runtime not defined).
+    """
+    warnings = check_containerd_inputs(version=version, drop_in_path=drop_in_path, name=name, runtime_path=runtime_path,
+                                       set_as_default=set_as_default, cdi=cdi, cdi_spec_dirs=cdi_spec_dirs,
+                                       runtime_config=runtime_config)
+    as_default = default_choice(set_as_default)
+    extra = dict(runtime_config or {})
     version_text = ".".join(map(str, version))
     cdi_supported = version >= CDI_MIN
-    if cdi == "enable" and not cdi_supported:
-        raise ConfigError(f"cdi: enable needs containerd 1.7 or later; this node has containerd {version_text}, "
-                          "which has no CDI support (use cdi: auto or skip, or upgrade containerd)")
-    if cdi == "auto" and not cdi_supported:
-        warnings.append(f"containerd {version_text} has no CDI support: the nvidia runtime is configured without it")
     main = Editor(main_text, main_path)
     cfg = config_version(main.before)
     wanted = expected_config_version(version)
@@ -358,35 +554,65 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                         f"{wanted} when it starts, so the nvidia runtime is written in version {cfg} form")
     plugin = runtime_plugin(cfg)
     base = ("plugins", plugin)
+    containerd_path = (*base, "containerd")
+    # Decisions rest on the main file alone: a drop-in is ours, and written afresh from it each run.
+    before = main.before
+    check_existing_runtime(before, plugin, name, main_path)
     if cdi == "skip":
-        current = get_path(main.before, (*base, "enable_cdi"))
+        current = get_path(before, (*base, "enable_cdi"))
         enable_cdi = bool(current) if current is not None else version >= (2, 0, 0)
     else:
         enable_cdi = cdi_supported
 
+    default_data: dict | None = None
+
+    def containerd_defaults() -> dict:
+        nonlocal default_data
+        if default_data is None:
+            text = defaults() if defaults is not None else None
+            default_data = plain(parse(text, "containerd config default")) if text else {}
+        return default_data
+
+    def default_runtime_table(runtime: str) -> dict | None:
+        data = containerd_defaults()
+        table = get_path(data, ("plugins", runtime_plugin(config_version(data) or wanted), "containerd", "runtimes", runtime))
+        if isinstance(table, Mapping):
+            return without_zero_values(table)
+        # Without `containerd config default` (an image built elsewhere), runc as containerd defines it.
+        return {"runtime_type": DEFAULT_RUNTIME_TYPE} if runtime == "runc" and not data else None
+
     # Options come from the main file's default runtime, or from containerd's defaults when it has none.
     inherited = inherited_runtime(main.before, plugin, name)
-    default_text = defaults() if inherited is None and defaults is not None else None
-    changes: list[tuple[tuple[str, ...], Any]] = []
-    if default_text:
-        data = plain(parse(default_text, "containerd config default"))
-        default_plugin = runtime_plugin(config_version(data) or wanted)
-        inherited = without_zero_values(inherited_runtime(data, default_plugin, name))
-        # A config that names any runtime replaces containerd 1.x's built-in ones: keep the default runtime
-        # defined, or default_runtime_name names nothing and the CRI plugin refuses to load.
-        default_name = get_path(main.before, (*base, "containerd", "default_runtime_name")) or \
-            get_path(data, ("plugins", default_plugin, "containerd", "default_runtime_name")) or "runc"
-        default_table = get_path(data, ("plugins", default_plugin, "containerd", "runtimes", default_name))
-        if default_name != name and isinstance(default_table, Mapping):
-            changes.append(((*base, "containerd", "runtimes", default_name), without_zero_values(default_table)))
+    if inherited is None:
+        inherited = default_runtime_table("runc")
     runtime = nvidia_runtime(inherited, runtime_path, extra)
-    changes.append(((*base, "containerd", "runtimes", name), runtime))
-    if set_as_default:
-        changes.append(((*base, "containerd", "default_runtime_name"), name))
+    changes: list[tuple[tuple[str, ...], Any]] = [((*containerd_path, "runtimes", name), runtime)]
+    current_default = get_path(before, (*containerd_path, "default_runtime_name"))
+    if as_default == "true":
+        changes.append(((*containerd_path, "default_runtime_name"), name))
+    elif as_default == "false" and current_default == name:
+        # Fall back to containerd's own default, named, so the drop-in layout overrides the main file too.
+        changes.append(((*containerd_path, "default_runtime_name"), "runc"))
     if enable_cdi and cdi != "skip":
         changes.append(((*base, "enable_cdi"), True))
         if cdi_spec_dirs:
             changes.append(((*base, "cdi_spec_dirs"), list(cdi_spec_dirs)))
+
+    # The CRI plugin's default runtime must stay defined: a config that names any runtime replaces containerd's
+    # built-in ones, so once ours is written, a default that was only built in (runc) is written too.
+    after = copy.deepcopy(before)
+    for path, value in changes:
+        _set_plain(after, path, merged(get_path(after, path) or {}, value) if isinstance(value, Mapping) else value)
+    fallback = get_path(after, (*containerd_path, "default_runtime_name")) or "runc"
+    if not isinstance(get_path(after, (*containerd_path, "runtimes", fallback)), Mapping):
+        table = default_runtime_table(fallback)
+        if table is None:
+            raise ConfigError(
+                f"the CRI plugin's default runtime {fallback!r} ({'.'.join((*containerd_path, 'default_runtime_name'))}) "
+                f"is not defined in {main_path}"
+                + (" nor in containerd's defaults" if defaults is not None else "")
+                + ": containerd would refuse to start the CRI plugin. Define that runtime, or set the default runtime")
+        changes.insert(0, ((*containerd_path, "runtimes", fallback), table))
 
     files: dict[str, str] = {}
     if not drop_in_path and not main.before:
@@ -397,9 +623,10 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         files[main_path] = dump_toml(whole, header=f"Written by gpuops.nvidia container_runtime: the {name} runtime.")
     elif not drop_in_path:
         for path, value in changes:
-            main.set(path, value)
-        if not set_as_default and get_path(main.before, (*base, "containerd", "default_runtime_name")) == name:
-            main.remove((*base, "containerd", "default_runtime_name"))
+            if path[-1] == "default_runtime_name" and value == "runc" and as_default == "false":
+                main.remove(path)  # in place, containerd's own default needs no key
+            else:
+                main.set(path, value)
         files[main_path] = main.finish()
     else:
         drop: dict = {"version": cfg}
@@ -407,9 +634,6 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
             section = get_path(main.before, base)
             if isinstance(section, Mapping):
                 _set_plain(drop, base, section)
-                drop_default = get_path(drop, (*base, "containerd", "default_runtime_name"))
-                if not set_as_default and drop_default == name:
-                    _set_plain(drop, (*base, "containerd", "default_runtime_name"), None)
         for path, value in changes:
             current = get_path(drop, path)
             _set_plain(drop, path, merged(current, value) if isinstance(current, Mapping) else value)
@@ -418,7 +642,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
             + ("It carries a copy of the main config's CRI section, because containerd before 2.1 lets an\n"
                "imported file's section replace the main file's (containerd issue #5837).\n"
                if version < DEEP_MERGE_MIN else "")))
-        imports = plain(main.doc.get("imports")) or []
+        imports = main.before.get("imports") or []
         if not any(fnmatch.fnmatch(drop_in_path, pattern) for pattern in imports):
             pattern = os.path.join(os.path.dirname(drop_in_path), "*.toml")
             if not main.before:
@@ -434,17 +658,27 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
 # CRI-O
 
 
-def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text: str | None,
-              name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
-              set_as_default: bool = False, cdi_spec_dirs: list[str] | None = None,
-              runtime_config: Mapping | None = None) -> dict:
-    """CRI-O's drop-in for the nvidia runtime. `sources` are CRI-O's other config files in the order it
-    reads them (crio.conf, then crio.conf.d/* by name); options are copied from the default runtime."""
+def check_crio_inputs(*, drop_in_path: str, name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
+                      set_as_default: bool | str = "keep", cdi_spec_dirs: list[str] | None = None) -> list[str]:
+    """The inputs of `plan_crio` that can be judged without reading the config: raises ConfigError."""
     _check_runtime_name(name)
     _check_path(runtime_path, "runtime_path")
     _check_path(drop_in_path, "drop_in")
+    default_choice(set_as_default)
     for d in cdi_spec_dirs or []:
         _check_path(d, "cdi_spec_dirs")
+    return []
+
+
+def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text: str | None,
+              name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
+              set_as_default: bool | str = "keep", cdi_spec_dirs: list[str] | None = None,
+              runtime_config: Mapping | None = None) -> dict:
+    """CRI-O's drop-in for the nvidia runtime. `sources` are CRI-O's other config files in the order it
+    reads them (crio.conf, then crio.conf.d/* by name); options are copied from the default runtime."""
+    check_crio_inputs(drop_in_path=drop_in_path, name=name, runtime_path=runtime_path, set_as_default=set_as_default,
+                      cdi_spec_dirs=cdi_spec_dirs)
+    as_default = default_choice(set_as_default)
     effective: dict = {}
     for path, text in sources:
         effective = merged(effective, plain(parse(text, path)))
@@ -455,8 +689,10 @@ def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text
     table = merged(inherited, {"runtime_path": runtime_path, "runtime_type": "oci"})
     table = merged(table, dict(runtime_config or {}))
     runtime: dict = {"runtimes": {name: table}}
-    if set_as_default:
+    if as_default == "true":
         runtime["default_runtime"] = name
+    elif as_default == "false" and default == name:
+        runtime["default_runtime"] = "crun"  # CRI-O's own default, which it always defines
     if cdi_spec_dirs:
         runtime["cdi_spec_dirs"] = list(cdi_spec_dirs)
     text = dump_toml({"crio": {"runtime": runtime}},
@@ -483,18 +719,20 @@ def backup_dir_for(path: str, *, runtime: str, drop_in: str, backup_dir: str | N
 def plan_toolkit(*, path: str, text: str | None, mode: str | None, settings: Mapping | None) -> dict:
     """In-place edits of the toolkit's config.toml: `mode`, then each dotted key of `settings`."""
     if mode is not None and mode not in TOOLKIT_MODES:
-        raise ConfigError(f"toolkit_mode: {mode!r} is not one of {', '.join(TOOLKIT_MODES)}")
+        raise ConfigError(f"{mode!r} is not one of {', '.join(TOOLKIT_MODES)}", "toolkit_mode")
     wanted: list[tuple[tuple[str, ...], object]] = []
     if mode is not None:
         wanted.append((("nvidia-container-runtime", "mode"), mode))
     for key, value in (settings or {}).items():
         parts = tuple(key.split("."))
         if not all(parts) or value is None:
-            raise ConfigError(f"toolkit_settings: {key!r} must be a dotted key with a value, e.g. "
-                              "nvidia-container-cli.root: /run/nvidia/driver")
+            raise ConfigError(f"{key!r} must be a dotted key with a value, e.g. "
+                              "nvidia-container-cli.root: /run/nvidia/driver", "toolkit_settings")
         wanted.append((parts, value))
     editor = Editor(text, path)
     for parts, value in wanted:
         editor.set(parts, value)
+    if not editor.edits:
+        return {"files": {}}
     new = editor.finish()
     return {"files": {} if new == text else {path: new}}

@@ -115,7 +115,9 @@ def test_an_import_that_already_covers_the_drop_in_is_left_alone():
 def test_set_as_default_and_back():
     p = plan((2, 2, 1), V3, set_as_default=True)
     assert data(p["files"][MAIN])["plugins"][cr.CRI_V3_RUNTIME]["containerd"]["default_runtime_name"] == "nvidia"
-    back = plan((2, 2, 1), p["files"][MAIN])
+    # The default (keep) leaves a default runtime as it is; false puts containerd's own back.
+    assert plan((2, 2, 1), p["files"][MAIN])["files"] == {}
+    back = plan((2, 2, 1), p["files"][MAIN], set_as_default=False)
     assert "default_runtime_name" not in data(back["files"][MAIN])["plugins"][cr.CRI_V3_RUNTIME]["containerd"]
 
 
@@ -254,3 +256,149 @@ def test_a_default_runtime_already_defined_is_not_rewritten():
 def test_where_backups_go(path, runtime, backup_dir, expected):
     drop_in = "/etc/crio/crio.conf.d/99-nvidia.toml" if runtime == "crio" else "/etc/containerd/conf.d/99-nvidia.toml"
     assert cr.backup_dir_for(path, runtime=runtime, drop_in=drop_in, backup_dir=backup_dir) == expected
+
+
+# ----------------------------------------------------------------------------------------------
+# Configs as nodes have them (issue 25).
+
+# What `nvidia-ctk runtime configure --set-as-default` leaves on a node that had no config (GPU node images,
+# NVIDIA's own stacks): nvidia is the default and the only runtime.
+NVIDIA_DEFAULT = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  privileged_without_host_devices = false
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+def effective(files: dict, main_text: str, drop_in: str, version) -> dict:
+    """What containerd reads: before 2.1 an imported file's plugin section replaces the main file's whole
+    (containerd issue #5837), from 2.1 they merge key by key."""
+    main = data(files.get(MAIN, main_text))
+    if not drop_in:
+        return main
+    drop = data(files[drop_in]) if drop_in in files else {}
+    if version >= cr.DEEP_MERGE_MIN:
+        return cr.merged(main, drop)
+    return {**main, "plugins": {**main.get("plugins", {}), **drop.get("plugins", {})}}
+
+
+def default_is_defined(config: dict) -> str:
+    containerd = config["plugins"][cr.CRI_V2]["containerd"]
+    name = containerd.get("default_runtime_name", "runc")
+    assert name in containerd["runtimes"], f"default runtime {name} is not defined: {containerd}"
+    return name
+
+
+@pytest.mark.parametrize("version", [(1, 6, 20), (1, 7, 12), (2, 2, 1)])
+@pytest.mark.parametrize("drop_in", ["", DROP])
+def test_a_default_nvidia_runtime_is_kept_unless_asked(version, drop_in):
+    # Before: set_as_default false (the old default) deleted default_runtime_name = "nvidia", so GPU pods fell
+    # back to runc, and with the drop-in on 1.6/1.7 no runc was defined: the CRI plugin refused to start.
+    p = plan(version, NVIDIA_DEFAULT, DEFAULT_16, drop_in_path=drop_in)
+    assert default_is_defined(effective(p["files"], NVIDIA_DEFAULT, drop_in, version)) == "nvidia"
+    assert again(version, p, NVIDIA_DEFAULT, DEFAULT_16, drop_in_path=drop_in)["files"] == {}
+
+
+@pytest.mark.parametrize("version", [(1, 6, 20), (1, 7, 12), (2, 2, 1)])
+@pytest.mark.parametrize("drop_in", ["", DROP])
+def test_taking_the_default_away_defines_what_it_falls_back_to(version, drop_in):
+    p = plan(version, NVIDIA_DEFAULT, DEFAULT_16, drop_in_path=drop_in, set_as_default=False)
+    config = effective(p["files"], NVIDIA_DEFAULT, drop_in, version)
+    assert default_is_defined(config) == "runc"
+    assert config["plugins"][cr.CRI_V2]["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert again(version, p, NVIDIA_DEFAULT, DEFAULT_16, drop_in_path=drop_in, set_as_default=False)["files"] == {}
+
+
+def test_a_default_runtime_that_cannot_be_defined_is_refused():
+    text = 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  default_runtime_name = "kata"\n'
+    with pytest.raises(cr.ConfigError, match=r"default runtime 'kata' .* is not defined .*refuse to start the CRI plugin"):
+        plan((1, 7, 12), text, DEFAULT_16)
+
+
+@pytest.mark.parametrize("value", ["always", "", None])
+def test_set_as_default_choices(value):
+    with pytest.raises(cr.ConfigError, match=r"set_as_default: .* is not one of keep"):
+        plan((2, 2, 1), V3, set_as_default=value)
+
+
+# Some node images write a sub-table before its parent: valid TOML, on which tomlkit's in-place edit
+# raised "Key ... already exists" (0.11.7 and 0.12.4) or could not rebuild the text.
+SUB_TABLE_FIRST = """version = 2
+root = "/var/lib/containerd"
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+default_runtime_name = "runc"
+discard_unpacked_layers = true
+
+[plugins."io.containerd.grpc.v1.cri"]
+sandbox_image = "registry.k8s.io/pause:3.10"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+SystemdCgroup = true
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+bin_dir = "/opt/cni/bin"
+"""
+
+
+@pytest.mark.parametrize("as_default", [True, False])
+def test_a_sub_table_before_its_parent_is_edited_in_place(as_default):
+    p = plan((1, 7, 12), SUB_TABLE_FIRST, set_as_default=as_default)
+    before, after = data(SUB_TABLE_FIRST), data(p["files"][MAIN])
+    cri = after["plugins"][cr.CRI_V2]
+    assert cri["containerd"]["runtimes"]["nvidia"]["options"] == {"SystemdCgroup": True, "BinaryName": NV}
+    assert cri["enable_cdi"] is True
+    assert cri["containerd"]["default_runtime_name"] == ("nvidia" if as_default else "runc")
+    del cri["containerd"]["runtimes"]["nvidia"], cri["enable_cdi"]
+    cri["containerd"]["default_runtime_name"] = "runc"
+    assert after == before
+    assert again((1, 7, 12), p, SUB_TABLE_FIRST, set_as_default=as_default)["files"] == {}
+
+
+def test_an_edit_that_tomlkit_drops_is_never_reported_as_done(monkeypatch):
+    # tomlkit 0.11.7 could lose an edit on a table written out of order and give back the old text: the
+    # module then reported ok with no nvidia runtime. The text is now proven against the wanted keys.
+    monkeypatch.setattr(cr.Editor, "_with_tomlkit", lambda self: self.text)
+    p = plan((2, 2, 1), V3)
+    assert "nvidia" in runtimes(data(p["files"][MAIN]), cr.CRI_V3_RUNTIME)
+    monkeypatch.setattr(cr.Editor, "_with_lines", lambda self: self.text)
+    with pytest.raises(cr.ConfigError, match=r"cannot edit /etc/containerd/config.toml in place .* drop-in"):
+        plan((2, 2, 1), V3)
+
+
+# gVisor's runtime under the name nvidia (a sandbox with GPU access): not runc-based, not ours to rewrite.
+RUNSC_AS_NVIDIA = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runsc.v1"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  TypeUrl = "io.containerd.runsc.v1.options"
+  ConfigPath = "/etc/containerd/runsc.toml"
+"""
+
+
+@pytest.mark.parametrize("drop_in", ["", DROP])
+def test_a_runtime_of_our_name_that_is_not_runc_is_refused(drop_in):
+    with pytest.raises(cr.ConfigError, match=r"runtime_name: .* runtime 'nvidia' of type io.containerd.runsc.v1 "
+                                             r"\(options ConfigPath, TypeUrl\), which is not runc-based"):
+        plan((1, 7, 12), RUNSC_AS_NVIDIA, drop_in_path=drop_in)
+    # Under another name it goes beside it, and gVisor's runtime stays as it was.
+    p = plan((1, 7, 12), RUNSC_AS_NVIDIA, name="nvidia-gpu", drop_in_path=drop_in)
+    config = effective(p["files"], RUNSC_AS_NVIDIA, drop_in, (1, 7, 12))
+    assert config["plugins"][cr.CRI_V2]["containerd"]["runtimes"]["nvidia"] == data(RUNSC_AS_NVIDIA)["plugins"][cr.CRI_V2]["containerd"]["runtimes"]["nvidia"]
+
+
+def test_an_error_names_the_variable_the_role_set():
+    with pytest.raises(cr.ConfigError) as exc:
+        plan((2, 2, 1), V3, name="Bad_Name")
+    assert exc.value.named({"runtime_name": "gpuops_container_toolkit_runtime_name"}).startswith(
+        "gpuops_container_toolkit_runtime_name: 'Bad_Name' is not a valid runtime handler name")
+    assert str(exc.value).startswith("runtime_name: ")

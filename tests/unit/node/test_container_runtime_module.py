@@ -19,7 +19,7 @@ def node(tmp_path, monkeypatch):
     etc = tmp_path / "etc"
     (etc / "containerd").mkdir(parents=True)
     calls = []
-    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n"}
+    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n", "installed": {"containerd"}}
 
     def run_command(self, argv, **kw):
         calls.append(argv[1:])
@@ -31,7 +31,7 @@ def node(tmp_path, monkeypatch):
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                        lambda self, name, required=False, opt_dirs=None: "/usr/bin/containerd" if name == "containerd" else None)
+                        lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}" if name in version["installed"] else None)
 
     def run(check=False, **args):
         params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
@@ -103,7 +103,8 @@ def test_unknown_runtime_name_is_refused_before_writing(node):
 
 
 def test_crio_drop_in_backups_stay_out_of_the_directory_crio_reads_whole(node):
-    etc, run, _calls, _v = node
+    etc, run, _calls, v = node
+    v["installed"] = {"crio"}
     conf_d = etc / "crio/crio.conf.d"
     conf_d.mkdir(parents=True)
     (etc / "crio/crio.conf").write_text('[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\n'
@@ -187,3 +188,42 @@ def test_a_config_that_cannot_be_read_is_refused_before_writing(node):
     res = run()
     assert res["failed"] and "is not UTF-8 text" in res["msg"]
     assert sorted(p.name for p in etc.rglob("*")) == ["config.toml", "containerd"]
+
+
+TOOLKIT_NAMES = {"runtime": "gpuops_container_toolkit_runtime", "runtime_name": "gpuops_container_toolkit_runtime_name",
+                 "drop_in": "gpuops_container_toolkit_drop_in_path", "cdi": "gpuops_container_toolkit_cdi_mode",
+                 "set_as_default": "gpuops_container_toolkit_set_as_default"}
+
+
+@pytest.mark.parametrize(("args", "installed", "message"), [
+    # A forced runtime that is not installed: the CRI-O drop-in was written and a missing service "restarted".
+    ({"runtime": "crio"}, {"containerd"}, "gpuops_container_toolkit_runtime: crio is not installed on this node "
+                                          "(no crio executable in PATH; found: containerd)"),
+    ({"runtime": "auto"}, set(), "gpuops_container_toolkit_runtime: auto found neither containerd nor crio"),
+    ({"runtime": "auto"}, {"containerd", "crio"}, "gpuops_container_toolkit_runtime: auto found both"),
+    ({"runtime_name": "NVIDIA"}, {"containerd"}, "gpuops_container_toolkit_runtime_name: 'NVIDIA' is not a valid runtime"),
+    ({"drop_in": "DIR"}, {"containerd"}, "gpuops_container_toolkit_drop_in_path: 'ETC/containerd/conf.d' is a directory"),
+    ({"set_as_default": "always"}, {"containerd"}, "gpuops_container_toolkit_set_as_default: 'always' is not one of keep"),
+    ({"cdi": "enable", "containerd_version": "1.6.20"}, {"containerd"},
+     "gpuops_container_toolkit_cdi_mode: enable needs containerd 1.7 or later; this node has containerd 1.6.20"),
+])
+@pytest.mark.parametrize("validate_only", [True, False])
+def test_inputs_are_refused_naming_the_role_variable_before_anything_is_written(node, args, installed, message, validate_only):
+    etc, run, _calls, v = node
+    v["installed"] = installed
+    (etc / "containerd/conf.d").mkdir(parents=True)
+    if args.get("drop_in") == "DIR":
+        args = {**args, "drop_in": str(etc / "containerd/conf.d")}
+    before = files(etc)
+    res = run(variables=TOOLKIT_NAMES, validate_only=validate_only, **args)
+    assert res["failed"] and res["msg"].startswith(message.replace("ETC", str(etc))), res["msg"]
+    assert files(etc) == before
+
+
+def test_validate_only_reads_and_writes_no_config(node, monkeypatch):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text("this is not TOML [")
+    monkeypatch.setattr(container_runtime.cr, "HAS_TOMLKIT", False)  # a fresh node has no python3-tomlkit yet
+    res = run(validate_only=True, toolkit_mode="cdi")
+    assert not res["failed"] and not res["changed"] and res["runtime"] == "containerd" and res["runtime_version"] == "2.2.1"
+    assert files(etc) == {"containerd/config.toml": "this is not TOML ["}

@@ -1,0 +1,99 @@
+"""The containerd plan on configs collected from the field (tests/data/containerd-field, origins in its README):
+cloud node images, distributions, installers, NVIDIA's and sandbox runtimes' own. For each config, containerd
+version and layout (in place, drop-in): the plan works or refuses cleanly for a stated reason; what it writes
+keeps every setting that was there, defines the CRI plugin's default runtime, and a second plan writes nothing.
+The lab runs the same configs through the module and judges with each containerd's own `config dump`
+(molecule/runtime, field.yml)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import tomlkit
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
+
+RECORDED = Path(__file__).parent / "recorded"
+FIELD = sorted((Path(__file__).parents[2] / "data/containerd-field").glob("*.toml"))
+DEFAULTS = {1: (RECORDED / "containerd-1.6.20-default.toml").read_text(), 2: (RECORDED / "containerd-2.2.1-default.toml").read_text()}
+MAIN = "/etc/containerd/config.toml"
+DROP = "/etc/containerd/conf.d/99-nvidia.toml"
+VERSIONS = [(1, 6, 20), (1, 7, 12), (2, 2, 1)]
+NV = "/usr/bin/nvidia-container-runtime"
+
+
+def data(text: str | None) -> dict:
+    return cr.plain(tomlkit.parse(text or ""))
+
+
+def refusal(name: str, config: dict, version) -> str | None:
+    """The reason a config is refused, where one is expected."""
+    if config.get("version", 1) > cr.expected_config_version(version):
+        return "does not read"
+    if config.get("version", 1) == 1 and config:
+        return "version 1 config"
+    if "named-nvidia" in name:
+        return "not runc-based"
+    return None
+
+
+def effective(main: dict, drop: dict | None, version) -> dict:
+    if drop is None:
+        return main
+    if version >= cr.DEEP_MERGE_MIN:
+        return cr.merged(main, drop)
+    return {**main, **{k: v for k, v in drop.items() if k != "plugins"},
+            "plugins": {**main.get("plugins", {}), **drop.get("plugins", {})}}
+
+
+def leaves(value, path=()):
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from leaves(v, (*path, k))
+    else:
+        yield path, value
+
+
+def test_the_field_collection_is_there():
+    assert len(FIELD) >= 10
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=lambda v: ".".join(map(str, v)))
+@pytest.mark.parametrize("drop_in", ["", DROP], ids=["in-place", "drop-in"])
+@pytest.mark.parametrize("path", FIELD, ids=lambda p: p.stem)
+def test_a_field_config(path, drop_in, version):
+    text = path.read_text()
+    before = data(text)
+    defaults = DEFAULTS[version[0]]
+    kw = {"version": version, "main_path": MAIN, "main_text": text, "defaults": lambda: defaults, "drop_in_path": drop_in}
+    expected_refusal = refusal(path.stem, before, version)
+    if expected_refusal:
+        with pytest.raises(cr.ConfigError, match=re.escape(expected_refusal)):
+            cr.plan_containerd(**kw)
+        return
+    p = cr.plan_containerd(**kw)
+    main_after = data(p["files"].get(MAIN, text))
+    drop_after = data(p["files"][DROP]) if drop_in and DROP in p["files"] else None
+    after = effective(main_after, drop_after, version)
+    plugin = p["plugin"]
+    containerd = after["plugins"][plugin]["containerd"]
+    # Ours is there, runc-based, with the toolkit's runtime.
+    nvidia = containerd["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == cr.DEFAULT_RUNTIME_TYPE and nvidia["options"]["BinaryName"] == NV
+    # The CRI plugin's default runtime is defined, and is the one the node had (keep).
+    default = containerd.get("default_runtime_name", "runc")
+    assert default in containerd["runtimes"]
+    assert default == (cr.get_path(before, ("plugins", plugin, "containerd", "default_runtime_name")) or "runc")
+    # Every setting that was there survives, but for our own runtime's table, CDI (turned on) and imports.
+    ours = {("plugins", plugin, "containerd", "runtimes", "nvidia"), ("plugins", plugin, "enable_cdi"), ("imports",)}
+    for leaf, value in leaves(before):
+        if any(leaf[:len(o)] == o for o in ours):
+            continue
+        assert cr.get_path(after, leaf) == value, f"{'.'.join(leaf)} was {value!r}, is {cr.get_path(after, leaf)!r}"
+    # The main file keeps its own settings even in the drop-in layout.
+    if drop_in:
+        assert {k: v for k, v in main_after.items() if k != "imports"} == {k: v for k, v in before.items() if k != "imports"}
+    # A second run writes nothing.
+    again = cr.plan_containerd(**{**kw, "main_text": p["files"].get(MAIN, text), "drop_in_text": p["files"].get(DROP)})
+    assert again["files"] == {}
