@@ -94,8 +94,15 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 	  -e gpuops_node_feature_discovery_crds_url=file://$$(dirname $$($(LAB) cluster kubeconfig))/nfd-api-crds.yaml
 	@echo "The lab is still running: 'python -m lab ssh lab-noble' to look around, 'make lab-down' to stop it."
 
-unit: venv collection ## unit tests
-	$(TIME) unit $(BIN)/pytest tests/unit
+# The containerd config edits are tested again on each python3-tomlkit the lab's distributions ship
+# (Ubuntu 22.04, Debian 12, Ubuntu 24.04): tomlkit's handling of tables out of order differs by version.
+DISTRO_TOMLKITS := 0.9.2 0.11.7 0.12.4
+TOMLKIT_TESTS := tests/unit/node/test_container_runtime.py tests/unit/node/test_container_runtime_field.py
+
+unit: venv collection ## unit tests (the containerd config edits once more per distribution tomlkit)
+	$(TIME) unit bash -c 'set -e; $(BIN)/pytest tests/unit; for v in $(DISTRO_TOMLKITS); do \
+	  [ -d .build/tomlkit/$$v/tomlkit ] || $(BIN)/pip install -q --no-deps --target .build/tomlkit/$$v tomlkit==$$v; \
+	  echo "tomlkit $$v:"; PYTHONPATH=.build/tomlkit/$$v $(BIN)/pytest -q -p no:cacheprovider $(TOMLKIT_TESTS); done'
 
 lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansible-lint (production profile)
 	$(TIME) lint/ruff $(BIN)/ruff check .

@@ -223,6 +223,7 @@ rollback:
   sample: [{path: /etc/containerd/config.toml, backup: /etc/containerd/config.toml.1234.2026-11-21@10:00:00~, existed: true}]
 """
 
+import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -275,6 +276,31 @@ def crio_sources(config: str, drop_in: str) -> list[tuple[str, str]]:
             if path != drop_in and os.path.isfile(path):
                 sources.append((path, read_text(path) or ""))
     return sources
+
+
+# containerd 2.x reads this directory's files whatever the main config imports (its default imports).
+DEFAULT_IMPORTS_2X = "/etc/containerd/conf.d/*.toml"
+
+
+def containerd_imports(main_path: str, main_text: str | None, version: tuple[int, int, int]) -> list[tuple[str, str | None]]:
+    """The files containerd reads after the main one, in its order: each import (relative to the main file's
+    directory; a glob as its sorted matches), with containerd 2.x's default import first; (path, text or None)."""
+    try:
+        listed = cr.plain(cr.parse(main_text, main_path)).get("imports") or []
+    except cr.ConfigError:
+        return []  # the plan reports the file itself
+    patterns = ([DEFAULT_IMPORTS_2X] if version >= (2, 0, 0) else []) + [str(p) for p in listed if isinstance(p, str)]
+    out: list[tuple[str, str | None]] = []
+    seen = {main_path}
+    for pattern in patterns:
+        pattern = pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(main_path), pattern)
+        paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        for path in paths:
+            if path in seen or os.path.isdir(path):
+                continue
+            seen.add(path)
+            out.append((path, read_text(path)))
+    return out
 
 
 def main() -> None:
@@ -343,8 +369,9 @@ def main() -> None:
     try:
         if runtime == "containerd":
             binary = module.get_bin_path("containerd")
+            main_text = read_text(config)
             plan = cr.plan_containerd(
-                version=version, main_path=config, main_text=read_text(config),
+                version=version, main_path=config, main_text=main_text, imports=containerd_imports(config, main_text, version),
                 defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
                 drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],

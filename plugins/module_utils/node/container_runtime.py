@@ -524,12 +524,17 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                     defaults: Callable[[], str | None] | None = None, drop_in_path: str = "", drop_in_text: str | None = None,
                     name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
                     set_as_default: bool | str = "keep", cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
-                    runtime_config: Mapping | None = None) -> dict:
+                    runtime_config: Mapping | None = None, imports: list[tuple[str, str | None]] | None = None) -> dict:
     """The containerd files to write for the nvidia runtime.
+
+    `imports`: the files containerd reads after the main one through its imports (containerd 2.x also reads
+    /etc/containerd/conf.d/*.toml), in order, as (path, text or None when missing); our drop-in among them is
+    skipped unless somebody else wrote it. Decisions rest on what containerd reads from all of them, and the
+    result is checked the same way: our runtime as wanted, the default runtime defined.
 
     Returns files (path -> new text), config_version, plugin, cdi_enabled, cdi_supported and warnings.
     Raises ConfigError, before anything is written, for input that cannot work and for a result containerd
-    would refuse (its CRI plugin's default runtime not defined).
+    would refuse (its CRI plugin's default runtime not defined) or would not apply (an import overriding it).
     """
     warnings = check_containerd_inputs(version=version, drop_in_path=drop_in_path, name=name, runtime_path=runtime_path,
                                        set_as_default=set_as_default, cdi=cdi, cdi_spec_dirs=cdi_spec_dirs,
@@ -553,10 +558,32 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         warnings.append(f"{main_path} is a version {cfg} config; containerd {version_text} converts it to version "
                         f"{wanted} when it starts, so the nvidia runtime is written in version {cfg} form")
     plugin = runtime_plugin(cfg)
+    if cfg == 2 and version >= (2, 0, 0) and isinstance(get_path(main.before, ("plugins", CRI_V3_RUNTIME)), Mapping):
+        # A version 2 file that already uses 2.x's plugin ids (AKS writes such files): containerd 2.x reads the
+        # runtimes from that section, and what sits under the old id is not migrated into it.
+        plugin = CRI_V3_RUNTIME
+        warnings.append(f"{main_path} is a version 2 config with containerd 2.x's {CRI_V3_RUNTIME} section: the nvidia "
+                        "runtime is written there, where containerd 2.x reads runtimes")
+    disabled = [p for p in (main.before.get("disabled_plugins") or []) if p in (plugin, CRI_V2, "cri")]
+    if disabled:
+        raise ConfigError(f"{main_path} disables containerd's CRI plugin (disabled_plugins: {', '.join(disabled)}): kubelet "
+                          "cannot run pods through this containerd, so there is no runtime of it to add nvidia to; enable the "
+                          "CRI plugin (remove it from disabled_plugins) first")
     base = ("plugins", plugin)
     containerd_path = (*base, "containerd")
-    # Decisions rest on the main file alone: a drop-in is ours, and written afresh from it each run.
-    before = main.before
+    # Decisions rest on what containerd reads: the main file and its imports. Our drop-in is written afresh each
+    # run; a file at its path that somebody else wrote (nvidia-ctk's own 99-nvidia.toml) is never replaced.
+    if drop_in_path and drop_in_text and OURS not in drop_in_text.split("\n", 1)[0]:
+        raise ConfigError(f"{drop_in_path} exists and was not written by this module (nvidia-ctk writes its drop-in there): "
+                          "it is not ours to replace. Name another drop-in, loaded after it, or remove it", "drop_in")
+    others = [(path, plain(parse(text, path))) for path, text in imports or []
+              if text is not None and path != drop_in_path and text.strip()]
+    before = effective(main.before, [data for _path, data in others], version)
+    missing = [path for path, text in imports or [] if text is None and "*" not in path]
+    if drop_in_path and missing:
+        raise ConfigError(f"{main_path} imports {', '.join(missing)}, which does not exist: containerd stops reading imports "
+                          f"there, so the drop-in {drop_in_path} would not be read. Create the file, or edit the main file in "
+                          "place", "drop_in")
     check_existing_runtime(before, plugin, name, main_path)
     if cdi == "skip":
         current = get_path(before, (*base, "enable_cdi"))
@@ -582,7 +609,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         return {"runtime_type": DEFAULT_RUNTIME_TYPE} if runtime == "runc" and not data else None
 
     # Options come from the main file's default runtime, or from containerd's defaults when it has none.
-    inherited = inherited_runtime(main.before, plugin, name)
+    inherited = inherited_runtime(before, plugin, name)
     if inherited is None:
         inherited = default_runtime_table("runc")
     runtime = nvidia_runtime(inherited, runtime_path, extra)
@@ -631,7 +658,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     else:
         drop: dict = {"version": cfg}
         if version < DEEP_MERGE_MIN:
-            section = get_path(main.before, base)
+            section = get_path(before, base)
             if isinstance(section, Mapping):
                 _set_plain(drop, base, section)
         for path, value in changes:
@@ -639,8 +666,8 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
             _set_plain(drop, path, merged(current, value) if isinstance(current, Mapping) else value)
         files[drop_in_path] = dump_toml(drop, header=(
             f"Written by gpuops.nvidia container_runtime: the {name} runtime for containerd.\n"
-            + ("It carries a copy of the main config's CRI section, because containerd before 2.1 lets an\n"
-               "imported file's section replace the main file's (containerd issue #5837).\n"
+            + ("It carries a copy of the CRI section containerd read from the main config and its imports, because\n"
+               "containerd before 2.1 lets an imported file's section replace the earlier ones (containerd issue #5837).\n"
                if version < DEEP_MERGE_MIN else "")))
         imports = main.before.get("imports") or []
         if not any(fnmatch.fnmatch(drop_in_path, pattern) for pattern in imports):
@@ -649,9 +676,56 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                 main.prepend("version", cfg)
             main.prepend("imports", [*imports, pattern])
         files[main_path] = main.finish()
+    check_result(files, main_path=main_path, main_text=main_text, drop_in_path=drop_in_path, others=others,
+                 version=version, base=base, name=name, changes=changes)
     files = {p: t for p, t in files.items() if t != (drop_in_text if p == drop_in_path else main_text)}
     return {"files": files, "config_version": cfg, "plugin": plugin, "cdi_enabled": enable_cdi,
             "cdi_supported": cdi_supported, "warnings": warnings, "runtime": runtime}
+
+
+OURS = "Written by gpuops.nvidia container_runtime"
+
+
+def effective(main: Mapping, imported: list[Mapping], version: tuple[int, int, int]) -> dict:
+    """What containerd reads from a main file and its imports, in order: before 2.1 an imported file's plugin
+    section replaces the earlier one whole (containerd issue #5837); from 2.1 they merge key by key."""
+    out = copy.deepcopy(dict(main))
+    for data in imported:
+        if version >= DEEP_MERGE_MIN:
+            out = merged(out, data)
+            continue
+        plugins = {**dict(out.get("plugins") or {}), **copy.deepcopy(dict(data.get("plugins") or {}))}
+        out = merged({k: v for k, v in out.items() if k != "plugins"}, {k: v for k, v in data.items() if k != "plugins"})
+        if plugins:
+            out["plugins"] = plugins
+    return out
+
+
+def check_result(files: Mapping[str, str], *, main_path: str, main_text: str | None, drop_in_path: str,
+                 others: list[tuple[str, dict]], version: tuple[int, int, int], base: tuple[str, ...], name: str,
+                 changes: list[tuple[tuple[str, ...], Any]]) -> None:
+    """What containerd would read after the change: every key we set as planned (our runtime, CDI, the default
+    runtime), and the default runtime defined."""
+    main_after = plain(parse(files.get(main_path, main_text), main_path))
+    chain = [(p, d) for p, d in others if p != drop_in_path]
+    if drop_in_path and drop_in_path in files:
+        chain.append((drop_in_path, plain(parse(files[drop_in_path], drop_in_path))))
+    after = effective(main_after, [d for _p, d in chain], version)
+    containerd = get_path(after, (*base, "containerd")) or {}
+    wrong = [".".join(leaf[len(base):]) for path, value in changes for leaf, want in _leaves(path, value)
+             if (get_path(after, leaf) if leaf[-1] != "default_runtime_name" else get_path(after, leaf) or "runc") != want]
+    if wrong:
+        overriding = [p for p, d in chain if get_path(d, base) is not None and p != drop_in_path]
+        raise ConfigError(f"containerd would not read the {name} runtime as written ({', '.join(wrong[:3])} differ): "
+                          + (f"{', '.join(overriding)}, imported after {'it' if drop_in_path else main_path}, "
+                             f"{'replaces' if version < DEEP_MERGE_MIN else 'overrides'} the CRI section. "
+                             if overriding else "")
+                          + ("Edit that file, or write a drop-in loaded after it" if not drop_in_path
+                             else "Edit that file, or edit the main file in place"))
+    default = containerd.get("default_runtime_name") or "runc"
+    if containerd.get("runtimes") and default not in containerd["runtimes"]:
+        raise ConfigError(f"containerd would not start its CRI plugin: the default runtime {default!r} is not defined in "
+                          f"what it reads ({', '.join([main_path, *[p for p, _d in chain]])})")
 
 
 # ----------------------------------------------------------------------------------------------

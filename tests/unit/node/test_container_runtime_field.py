@@ -27,7 +27,21 @@ def data(text: str | None) -> dict:
     return cr.plain(tomlkit.parse(text or ""))
 
 
-def refusal(name: str, config: dict, version) -> str | None:
+FIELD_DIR = Path(__file__).parents[2] / "data/containerd-field"
+# Files a config imports on the node it comes from (its path there, the file of the collection).
+COMPANIONS = {"nvidia-ctk-main-config": {"/etc/containerd/conf.d/99-nvidia.toml": "nvidia-ctk-dropin-99-nvidia.toml"}}
+
+
+def node_imports(name: str, config: dict) -> list:
+    """The imports as the module reads them on a node that has only the config and its companions."""
+    out = [(path, (FIELD_DIR / source).read_text()) for path, source in COMPANIONS.get(name, {}).items()]
+    for pattern in config.get("imports") or []:
+        if "*" not in pattern and pattern not in dict(out):
+            out.append((pattern, None))
+    return out
+
+
+def refusal(name: str, config: dict, version, drop_in: str = "") -> str | None:
     """The reason a config is refused, where one is expected."""
     if config.get("version", 1) > cr.expected_config_version(version):
         return "does not read"
@@ -35,16 +49,29 @@ def refusal(name: str, config: dict, version) -> str | None:
         return "version 1 config"
     if "named-nvidia" in name:
         return "not runc-based"
+    plugins = {cr.CRI_V2, "cri", cr.runtime_plugin(config.get("version", 1))}
+    if plugins & set(config.get("disabled_plugins") or []):
+        return "disables containerd's CRI plugin"
+    if drop_in and any(text is None for _path, text in node_imports(name, config)):
+        return "which does not exist: containerd stops reading imports there"
+    if drop_in and DROP in dict(node_imports(name, config)):
+        return "was not written by this module"
+    if not drop_in and name in COMPANIONS and version >= cr.CDI_MIN:
+        # nvidia-ctk's drop-in, read after the main file, carries enable_cdi = false over the main file's true.
+        return "the CRI section"
     return None
 
 
-def effective(main: dict, drop: dict | None, version) -> dict:
-    if drop is None:
-        return main
-    if version >= cr.DEEP_MERGE_MIN:
-        return cr.merged(main, drop)
-    return {**main, **{k: v for k, v in drop.items() if k != "plugins"},
-            "plugins": {**main.get("plugins", {}), **drop.get("plugins", {})}}
+def effective(main: dict, imported: list, version) -> dict:
+    """containerd's reading: before 2.1 an imported plugin section replaces the earlier one, from 2.1 they merge."""
+    out = main
+    for data in imported:
+        if version >= cr.DEEP_MERGE_MIN:
+            out = cr.merged(out, data)
+        else:
+            out = {**out, **{k: v for k, v in data.items() if k != "plugins"},
+                   "plugins": {**out.get("plugins", {}), **data.get("plugins", {})}}
+    return out
 
 
 def leaves(value, path=()):
@@ -64,18 +91,24 @@ def test_the_field_collection_is_there():
 @pytest.mark.parametrize("path", FIELD, ids=lambda p: p.stem)
 def test_a_field_config(path, drop_in, version):
     text = path.read_text()
-    before = data(text)
+    main_before = data(text)
+    imports = node_imports(path.stem, main_before)
+    companions = [data(t) for _p, t in imports if t is not None]
+    before = effective(main_before, companions, version)
     defaults = DEFAULTS[version[0]]
-    kw = {"version": version, "main_path": MAIN, "main_text": text, "defaults": lambda: defaults, "drop_in_path": drop_in}
-    expected_refusal = refusal(path.stem, before, version)
+    kw = {"version": version, "main_path": MAIN, "main_text": text, "defaults": lambda: defaults, "drop_in_path": drop_in,
+          "drop_in_text": dict(imports).get(DROP) if drop_in else None, "imports": imports}
+    expected_refusal = refusal(path.stem, main_before, version, drop_in)
     if expected_refusal:
         with pytest.raises(cr.ConfigError, match=re.escape(expected_refusal)):
             cr.plan_containerd(**kw)
         return
     p = cr.plan_containerd(**kw)
     main_after = data(p["files"].get(MAIN, text))
-    drop_after = data(p["files"][DROP]) if drop_in and DROP in p["files"] else None
-    after = effective(main_after, drop_after, version)
+    chain = [data(t) for path_, t in imports if t is not None and not (drop_in and path_ == DROP)]
+    if drop_in:
+        chain.append(data(p["files"].get(DROP, kw["drop_in_text"])))
+    after = effective(main_after, chain, version)
     plugin = p["plugin"]
     containerd = after["plugins"][plugin]["containerd"]
     # Ours is there, runc-based, with the toolkit's runtime.
@@ -93,7 +126,8 @@ def test_a_field_config(path, drop_in, version):
         assert cr.get_path(after, leaf) == value, f"{'.'.join(leaf)} was {value!r}, is {cr.get_path(after, leaf)!r}"
     # The main file keeps its own settings even in the drop-in layout.
     if drop_in:
-        assert {k: v for k, v in main_after.items() if k != "imports"} == {k: v for k, v in before.items() if k != "imports"}
+        assert {k: v for k, v in main_after.items() if k != "imports"} == {k: v for k, v in main_before.items() if k != "imports"}
     # A second run writes nothing.
-    again = cr.plan_containerd(**{**kw, "main_text": p["files"].get(MAIN, text), "drop_in_text": p["files"].get(DROP)})
+    again = cr.plan_containerd(**{**kw, "main_text": p["files"].get(MAIN, text),
+                                  "drop_in_text": p["files"].get(DROP, kw["drop_in_text"])})
     assert again["files"] == {}

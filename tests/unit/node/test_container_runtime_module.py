@@ -30,6 +30,8 @@ def node(tmp_path, monkeypatch):
         return 1, "", f"unexpected {argv}"
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    # containerd 2.x's default imports, here under the test's own /etc.
+    monkeypatch.setattr(container_runtime, "DEFAULT_IMPORTS_2X", str(etc / "containerd/conf.d/*.toml"))
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}" if name in version["installed"] else None)
 
