@@ -132,6 +132,28 @@ BAD_INPUT = {
     "NFD deploy not a choice": (
         {"gpuops_node_feature_discovery_deploy": "maybe"},
         "gpuops_node_feature_discovery_deploy must be one of: auto, true, false, got: maybe"),
+    # Values the API server takes (or refuses with a 422 once some objects are in) but nodes cannot use (issue 25).
+    "shared settings a user mistypes": (
+        {"gpuops_cluster_namespace": "GPU-Operator", "gpuops_cluster_runtime_class": "Nvidia",
+         "gpuops_cluster_registry": "nvcr.io/nvidia "},
+        ('gpuops_cluster_namespace: "GPU-Operator" is not a DNS-1123 label',
+         'gpuops_cluster_runtime_class: "Nvidia" is not a DNS-1123 subdomain',
+         'gpuops_cluster_registry: "nvcr.io/nvidia " is not a registry')),
+    "an image that carries a tag": (
+        {"gpuops_device_plugin_image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0", "gpuops_device_plugin_version": "v0.20.0 "},
+        ('gpuops_device_plugin_image: "nvcr.io/nvidia/k8s-device-plugin:v0.17.0" carries a tag or digest',
+         'gpuops_device_plugin_version: "v0.20.0 " is not an image tag')),
+    "a port out of range": ({"gpuops_dcgm_exporter_port": 94000}, "gpuops_dcgm_exporter_port: 94000 is not a port"),
+    "a smoke test image without a tag": (
+        {"gpuops_validation_image": "nvcr.io/nvidia/cuda"}, 'gpuops_validation_image: "nvcr.io/nvidia/cuda" has no tag or digest'),
+    "a kubeconfig that is a directory": ({"gpuops_cluster_kubeconfig": "/tmp"}, 'gpuops_cluster_kubeconfig: "/tmp" is a directory'),
+    "a kubeconfig that does not exist": (
+        {"gpuops_cluster_kubeconfig": "/nonexistent/kubeconfig"},
+        'gpuops_cluster_kubeconfig: "/nonexistent/kubeconfig" does not exist on the controller'),
+    "a context the kubeconfig does not have": ({"gpuops_cluster_context": "prod"}, 'gpuops_cluster_context: "prod" is not a context of'),
+    "a typo in the default MIG config": (
+        {"gpuops_mig_manager_default_config": "all-balancd"},
+        "gpuops_mig_manager_default_config: 'all-balancd' is not a MIG config"),
     "unknown DCGM field": (
         {"gpuops_dcgm_exporter_metrics": "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\nDCGM_FI_DEV_NO_SUCH_FIELD, gauge, Nothing.\n"},
         "gpuops_dcgm_exporter_metrics line 2: 'DCGM_FI_DEV_NO_SUCH_FIELD' is not a DCGM field name"),
@@ -141,10 +163,11 @@ BAD_INPUT = {
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_input_fails_before_anything_is_applied(lab_cluster, case):
     kubeconfig, inventory = lab_cluster
-    extra, message = BAD_INPUT[case]
+    extra, messages = BAD_INPUT[case]
     res = playbook(inventory, extra=extra)
     assert res.returncode != 0
-    assert message in res.stdout, res.stdout[-3000:]
+    for message in (messages,) if isinstance(messages, str) else messages:
+        assert message in res.stdout, res.stdout[-3000:]
     assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
     assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
 
