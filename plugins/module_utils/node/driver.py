@@ -30,6 +30,12 @@ FIRST_OPEN_BRANCH = 515
 FIRST_OPEN_DEFAULT_BRANCH = 560
 # The last branch that supports Maxwell, Pascal and Volta (later branches list them as legacy 580.xx).
 LAST_LEGACY_BRANCH = 580
+# The first production branch that drives an architecture, and where that is written. Hopper: the R525 Data
+# Center driver release notes (525.85.12) are the first production ones to list HGX H100 firmware (H100 came with
+# the 520.61.05 feature branch, NVIDIA AI Enterprise 2.3 release notes). Blackwell: the GPU Operator's platform
+# support page requires 570.133.20 or later for HGX B200. Older architectures run on every branch this collection
+# knows (450 and later).
+FIRST_BRANCH = {"hopper": 525, "blackwell": 570}
 # From R590 the CUDA repository's Debian-family packages drop the branch from their names; a
 # nvidia-driver-pinning-<branch> package holds the branch instead.
 CUDA_UNVERSIONED_FROM = 590
@@ -147,6 +153,7 @@ def _needs(gpus: list[PciGpu], archs: frozenset[str]) -> list[str]:
 
 def resolve_module_type(requested: str, gpus: list[PciGpu], recommendation: KernelModuleType, branch: int | None) -> tuple[str, str]:
     """The kernel module flavour to install and why; a flavour the GPUs or the branch cannot use raises."""
+    check_branch_for_gpus(branch, gpus)
     legacy = _needs(gpus, LEGACY_ARCHITECTURES)
     open_only = sorted(set(_needs(gpus, OPEN_ONLY)) | {f"{g.get('name') or g['device_id']}" for g in gpus if g.get("grace")})
     if requested == "open" and legacy:
@@ -174,6 +181,13 @@ def resolve_module_type(requested: str, gpus: list[PciGpu], recommendation: Kern
 
 
 def check_branch_for_gpus(branch: int | None, gpus: list[PciGpu]) -> None:
+    """A branch the GPUs cannot run on raises: too new for Maxwell to Volta, too old for a newer architecture."""
+    for arch, first in sorted(FIRST_BRANCH.items(), key=lambda item: -item[1]):
+        too_new = _needs(gpus, frozenset((arch,)))
+        if branch is not None and too_new and branch < first:
+            raise PlanError("gpuops_driver_branch",
+                            f"{branch}: {', '.join(too_new)} ({arch.capitalize()}) are driven from branch {first} on; "
+                            f"accepted: {first} or later")
     legacy = _needs(gpus, LEGACY_ARCHITECTURES)
     if branch is not None and legacy and branch > LAST_LEGACY_BRANCH:
         raise PlanError("gpuops_driver_branch",

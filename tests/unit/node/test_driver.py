@@ -99,7 +99,18 @@ def test_proprietary_for_an_open_only_gpu_is_refused(info_of, profile):
 
 def test_open_modules_before_their_first_branch_are_refused(info_of):
     with pytest.raises(PlanError, match=r"gpuops_driver_branch: 470: the open kernel modules exist from branch 515"):
-        driver.resolve_module_type("auto", *_gpus(info_of("hgx-h100")), 470)
+        driver.resolve_module_type("auto", *_gpus(info_of("a100-pcie-mig")), 470)
+
+
+@pytest.mark.parametrize(("profile", "branch", "first", "arch"), [("hgx-h100", 470, 525, "Hopper"), ("hgx-h100", 520, 525, "Hopper"),
+                                                                   ("hgx-b200", 565, 570, "Blackwell")])
+@pytest.mark.parametrize("module_type", ["auto", "proprietary", "open"])
+def test_a_branch_older_than_the_architecture_is_refused(info_of, profile, branch, first, arch, module_type):
+    # Only apt's dependency simulation stopped 470 on Hopper before; the message now names the first branch.
+    with pytest.raises(PlanError, match=rf"gpuops_driver_branch: {branch}: .* \({arch}\) are driven from branch {first} on; "
+                                        rf"accepted: {first} or later"):
+        driver.resolve_module_type(module_type, *_gpus(info_of(profile)), branch)
+    driver.check_branch_for_gpus(first, info_of(profile)["pci"]["gpus"])
 
 
 def test_no_gpu_takes_the_branch_default():
