@@ -125,8 +125,9 @@ def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_ma
     configs = cluster.mig_parted_config(models, custom)["mig-configs"]
     capable = {n: r for n, r in nodes.items() if cluster_facts.mig_capable(r["info"])}
     selection = {n: (r.get(key) or default) for n, r in capable.items()}
+    variables = {n: key if r.get(key) else "gpuops_mig_manager_default_config" for n, r in capable.items()}
     node_models = {n: sorted(cluster_facts.gpu_models(r["info"])) for n, r in capable.items()}
-    errors = cluster.check_node_mig_configs(selection, configs, node_models)
+    errors = cluster.check_node_mig_configs(selection, configs, node_models, variables)
     if errors or mig_strategy != "single":
         return errors
     # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.

@@ -445,20 +445,28 @@ def single_strategy_gap(info: SlimFacts) -> str | None:
     return None
 
 
-def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node_models: dict[str, list[str]]) -> list[str]:
-    """Each MIG-capable node's chosen config exists and has an entry for its GPUs."""
+def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node_models: dict[str, list[str]],
+                           variables: dict[str, str] | None = None) -> list[str]:
+    """Each MIG-capable node's chosen config exists and has an entry for its GPUs. `variables` names, per node,
+    the variable its choice came from (the host's gpuops_mig_manager_config, or the default's variable)."""
     errors = []
+    unknown_reported: set[str] = set()
     for node, name in sorted(selection.items()):
         if not name:
             continue
+        variable = (variables or {}).get(node, "gpuops_mig_manager_config")
+        where = f"{variable} on {node}" if variable == "gpuops_mig_manager_config" else variable
         entries = configs.get(name)
         if entries is None:
-            errors.append(f"gpuops_mig_manager_config on {node}: {name!r} is not a MIG config "
-                          f"(known: {', '.join(sorted(configs))})")
+            if where not in unknown_reported:
+                errors.append(f"{where}: {name!r} is not a MIG config (known: {', '.join(sorted(configs))})")
+            if where == variable:
+                unknown_reported.add(where)  # a default is one value: said once, not once per node
             continue
         for key in node_models.get(node, []):
             if not any(entry_applies(e, key) for e in entries):
-                errors.append(f"gpuops_mig_manager_config on {node}: {name!r} has no entry for the node's GPUs ({key})")
+                errors.append(f"{where}: {name!r} has no entry for the GPUs of {node} ({key})" if where == variable else
+                              f"{where}: {name!r} has no entry for the node's GPUs ({key})")
     return errors
 
 

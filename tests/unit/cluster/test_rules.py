@@ -131,6 +131,18 @@ def test_node_mig_choice_must_exist_and_cover_the_gpu():
     assert "has no entry for the node's GPUs" in cluster.check_node_mig_configs({"a": "x"}, filtered, {"a": ["0x20B510DE"]})[0]
 
 
+def test_a_typo_in_the_default_mig_config_names_the_default_once():
+    # It was reported as gpuops_mig_manager_config on every node, a variable the user had not set.
+    configs = cluster.generated_mig_configs(gpu_models(A100))
+    models = {"a": ["0x20B510DE"], "b": ["0x20B510DE"], "c": ["0x20B510DE"]}
+    variables = {"a": "gpuops_mig_manager_default_config", "b": "gpuops_mig_manager_default_config", "c": "gpuops_mig_manager_config"}
+    errors = cluster.check_node_mig_configs({"a": "all-balancd", "b": "all-balancd", "c": "all-1g.5gbb"}, configs, models, variables)
+    assert errors == [
+        "gpuops_mig_manager_default_config: 'all-balancd' is not a MIG config (known: " + ", ".join(sorted(configs)) + ")",
+        "gpuops_mig_manager_config on c: 'all-1g.5gbb' is not a MIG config (known: " + ", ".join(sorted(configs)) + ")",
+    ]
+
+
 @pytest.mark.parametrize(("csv", "fragment"), [
     ("DCGM_FI_DEV_GPU_UTIL, gauge\n", "has 2 field(s)"),
     ("DCGM_FI_DEV_GPU_UTIL, gauge, GPU, util\n", "has 4 field(s)"),
