@@ -54,5 +54,6 @@ def crio(config, config_dir):
     }
 
 
-view = crio(sys.argv[2], sys.argv[3]) if sys.argv[1] == "--crio" else containerd(sys.argv[1])
-print(json.dumps(view, sort_keys=True))
+if __name__ == "__main__":
+    view = crio(sys.argv[2], sys.argv[3]) if sys.argv[1] == "--crio" else containerd(sys.argv[1])
+    print(json.dumps(view, sort_keys=True))

@@ -297,7 +297,7 @@ def _table_lines(lines: list[str], table: tuple[str, ...], top: bool = False) ->
     if len(own) != 1:
         return None
     start = own[0] + 1
-    end = next((i for i, _ in headers if i > own[0]), len(lines))
+    end = next((i for i, _path in headers if i > own[0]), len(lines))
     return start, end
 
 

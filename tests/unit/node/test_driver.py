@@ -102,8 +102,10 @@ def test_open_modules_before_their_first_branch_are_refused(info_of):
         driver.resolve_module_type("auto", *_gpus(info_of("a100-pcie-mig")), 470)
 
 
-@pytest.mark.parametrize(("profile", "branch", "first", "arch"), [("hgx-h100", 470, 525, "Hopper"), ("hgx-h100", 520, 525, "Hopper"),
-                                                                   ("hgx-b200", 565, 570, "Blackwell")])
+OLDER_THAN_THE_ARCHITECTURE = [("hgx-h100", 470, 525, "Hopper"), ("hgx-h100", 520, 525, "Hopper"), ("hgx-b200", 565, 570, "Blackwell")]
+
+
+@pytest.mark.parametrize(("profile", "branch", "first", "arch"), OLDER_THAN_THE_ARCHITECTURE)
 @pytest.mark.parametrize("module_type", ["auto", "proprietary", "open"])
 def test_a_branch_older_than_the_architecture_is_refused(info_of, profile, branch, first, arch, module_type):
     # Only apt's dependency simulation stopped 470 on Hopper before; the message now names the first branch.
