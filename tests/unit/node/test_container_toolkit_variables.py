@@ -1,0 +1,53 @@
+"""The names container_runtime's messages give its options when the container_toolkit role runs it: each maps an
+option the module can name in a refusal to the role variable the role passes it from (a typo here would name a
+variable the user cannot set)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import yaml
+from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
+
+ROOT = Path(__file__).parents[3]
+ROLE = ROOT / "roles/container_toolkit"
+NAMES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__gpuops_container_toolkit_variables"]
+ROLE_VARS = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+OPTIONS = yaml.safe_load(container_runtime.DOCUMENTATION)["options"]
+
+
+def options_named_in_refusals() -> set[str]:
+    """The option given as ConfigError's second argument anywhere in the module and its module_utils."""
+    named = set()
+    for path in (ROOT / "plugins/module_utils/node/container_runtime.py", ROOT / "plugins/modules/container_runtime.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "ConfigError":
+                if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                    named.add(node.args[1].value)
+    named |= {"runtime_name", "runtime_path", "cdi_spec_dirs", "drop_in"}  # through _check_runtime_name / _check_path
+    return named
+
+
+def test_every_option_a_refusal_names_maps_to_a_role_variable():
+    passed_by_role = set(NAMES) | {"runtime_path"}  # the role never sets runtime_path: the module's default
+    assert options_named_in_refusals() - passed_by_role == set()
+    assert set(NAMES) <= set(OPTIONS), set(NAMES) - set(OPTIONS)
+    assert set(NAMES.values()) <= set(ROLE_VARS), set(NAMES.values()) - set(ROLE_VARS)
+
+
+def test_the_role_passes_each_option_from_the_variable_it_names():
+    tasks = (ROLE / "tasks/main.yml").read_text() + (ROLE / "vars/main.yml").read_text()
+    for option, variable in NAMES.items():
+        assert re.search(rf"\b{option}: .*{variable}", tasks) or re.search(rf"{variable}", tasks), (option, variable)
+    run = [t for t in yaml.safe_load((ROLE / "tasks/main.yml").read_text()) if "gpuops.nvidia.container_runtime" in t]
+    assert len(run) == 2 and all(t["gpuops.nvidia.container_runtime"]["variables"] == "{{ __gpuops_container_toolkit_variables }}"
+                                 for t in run)
+    for option, variable in NAMES.items():
+        if option == "drop_in":  # through __gpuops_container_toolkit_drop_in, which reads both drop-in variables
+            continue
+        for task in run:
+            args = task["gpuops.nvidia.container_runtime"]
+            if option in args:
+                assert variable in args[option], (option, args[option])
