@@ -23,9 +23,9 @@ def options_named_in_refusals() -> set[str]:
     named = set()
     for path in (ROOT / "plugins/module_utils/node/container_runtime.py", ROOT / "plugins/modules/container_runtime.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "ConfigError":
-                if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
-                    named.add(node.args[1].value)
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "ConfigError"
+                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)):
+                named.add(node.args[1].value)
     named |= {"runtime_name", "runtime_path", "cdi_spec_dirs", "drop_in"}  # through _check_runtime_name / _check_path
     return named
 
