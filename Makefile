@@ -31,7 +31,7 @@ FAST_SCENARIO ?= hardware
 REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report --log $(TIMING) --begin-file $(TIMING_BEGIN)
 
 .PHONY: help venv lab-deps collection demo test test-steps test-fast test-fast-steps unit lint sanity sanity-run lab-test \
-	molecule lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
+	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
@@ -153,6 +153,9 @@ test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SC
 	  echo; $(REPORT) --budget-min 15 || true; exit $$rc
 
 test-fast-steps: venv lab-deps collection unit lint sanity molecule
+
+bench: venv lab-deps collection ## the measured figures (no-op runs, first install, upgrade, 1000 nodes) into docs/bench.md
+	$(PY) -m lab.bench $(BENCH_ARGS)
 
 clean: ## remove build output (not the image cache)
 	rm -rf .build tests/output

@@ -1,0 +1,294 @@
+"""`make bench` (`python -m lab.bench [--only PART] [--no-upgrade] [--keep]`): the figures issue 23 asks for, each from one run on this machine.
+
+Boots three fresh lab machines of its own (its own state directory, ports and toolkit repository, so a
+`make demo` lab keeps running) and a lab cluster with a KWOK node per machine, prepares them as `make demo`
+does (kernel, containerd), then times:
+
+- the first install of `node.yml` on one machine alone (DKMS; Canonical's precompiled modules are not
+  reachable from the lab, so that row says so), then on the other two at once;
+- a no-op `node.yml` on one machine and on the three (and the ratio), a check-mode run on a converged node;
+- a no-op `site.yml` on the three, after a first one;
+- `gpu_info` on the 8-GPU profile (HGX H100): one read, in process, against the profile's sysfs and NVML;
+- `upgrade_driver.yml` on one node (580 to 615, DKMS, with Fabric Manager);
+- `cluster.yml` on a thousand KWOK nodes (no machines), first and no-op; the first run's own work is its time
+  less the validation's wait for the cluster to converge (the time the validation reports).
+
+Every playbook run must pass and the no-op runs must change nothing; the bench fails otherwise. Nothing here is
+an assertion on time: the table is printed and written (with the date and the machine) to docs/bench.md, which
+docs/development.md quotes. Everything it started is stopped by PID at the end (--keep leaves the machines up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import yaml
+
+from .cluster import scale_nodes
+from .facts import cluster_inventory
+from .hardware import build_fake_nvml, load_profile, write_hardware
+from .images import cache_dir
+
+REPO = Path(__file__).resolve().parents[1]
+MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}
+FIRST = "bench-noble"
+# The branch the first install pins on the H100 machine and the one the upgrade moves it to (the archive's
+# newest), as in the default scenario's rollout.
+FIRST_BRANCH, UPGRADE_BRANCH = "580", "615"
+RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
+WAITED = re.compile(r"waited ([0-9.]+)s for their resources, ([0-9.]+)s for the smoke tests")
+
+
+@dataclass
+class Row:
+    what: str
+    seconds: float | None
+    note: str = ""
+
+
+@dataclass
+class Bench:
+    state: Path
+    base_port: int
+    repo_port: int
+    nodes: int
+    log: Path
+    rows: list[Row] = field(default_factory=list)
+
+    # -- running things ----------------------------------------------------------------------
+    def lab(self, *args: str, state: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "lab", "--state", str(state or self.state), *args]
+        return self._run(cmd, check=check)
+
+    def _run(self, cmd: list[str], check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        with self.log.open("a", encoding="utf-8") as log:
+            log.write(f"\n$ {' '.join(cmd)}\n")
+            log.flush()
+            res = subprocess.run(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 env={**os.environ, **(env or {})}, check=False)
+            log.write(res.stdout)
+        if check and res.returncode != 0:
+            raise SystemExit(f"bench: {' '.join(cmd[:6])} ... failed ({res.returncode}); see {self.log}:\n{res.stdout[-3000:]}")
+        return res
+
+    def playbook(self, playbook: str, inventory: Path, *extra: str, forks: int | None = None) -> tuple[float, dict[str, dict[str, int]], str]:
+        """Run a playbook, return (seconds, the recap per host, the output); any failed host stops the bench."""
+        cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *extra, str(REPO / "playbooks" / playbook)]
+        t0 = time.monotonic()
+        res = self._run(cmd, check=False, env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+                                                          **({"ANSIBLE_FORKS": str(forks)} if forks else {})})
+        took = time.monotonic() - t0
+        recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5]),
+                        "skipped": int(m[6])} for m in RECAP.finditer(res.stdout)}
+        if res.returncode != 0 or not recap or any(r["failed"] or r["unreachable"] for r in recap.values()):
+            raise SystemExit(f"bench: {playbook} {' '.join(extra)} failed; see {self.log}:\n{res.stdout[-3000:]}")
+        return took, recap, res.stdout
+
+    def add(self, what: str, seconds: float | None, note: str = "") -> None:
+        self.rows.append(Row(what, seconds, note))
+        print(f"bench: {what}: {_seconds(seconds)}s {note}".rstrip(), flush=True)
+
+
+def _seconds(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}" if seconds < 1 else f"{seconds:.1f}"
+
+
+def _tasks(recap: dict[str, dict[str, int]]) -> str:
+    """'61 tasks, 38 ran' per host (the first host's figures when they agree)."""
+    per = {h: (r["ok"] + r["skipped"], r["ok"]) for h, r in recap.items()}
+    shown = sorted(set(per.values()))
+    return "; ".join(f"{t} tasks, {ran} ran" for t, ran in shown)
+
+
+def _unchanged(recap: dict[str, dict[str, int]], what: str) -> None:
+    changed = {h: r["changed"] for h, r in recap.items() if r["changed"]}
+    if changed:
+        raise SystemExit(f"bench: the no-op {what} changed something: {changed}")
+
+
+def inventory_dir(bench: Bench) -> Path:
+    """The bench's inventory: hosts.yml from `lab up`, the lab's group settings with the bench's repository."""
+    inv = bench.state / "inventory"
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    settings = yaml.safe_load((REPO / "inventories/lab/group_vars/all.yml").read_text())
+    url = f"http://127.0.0.1:{bench.repo_port}"
+    settings.update(gpuops_container_toolkit_repo_url=url, gpuops_container_toolkit_repo_key_url=f"{url}/gpgkey",
+                    gpuops_cluster_kubeconfig=str(bench.state / "cluster/kubeconfig"),
+                    gpuops_node_feature_discovery_crds_url=f"file://{bench.state}/cluster/nfd-api-crds.yaml",
+                    gpuops_validation_timeout=240)
+    (inv / "group_vars/all.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    (inv / f"host_vars/{FIRST}.yml").write_text(yaml.safe_dump({"gpuops_driver_branch": FIRST_BRANCH}))
+    return inv
+
+
+def gpu_info_seconds(runs: int = 7) -> tuple[float, float]:
+    """(first, median of the rest) seconds of one gpu_info read of the HGX H100 profile (8 GPUs, NVSwitch)."""
+    sys.path.insert(0, str(REPO / ".build/collections"))
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import gpu_info  # pylint: disable=import-outside-toplevel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        hw = Path(tmp) / "hw"
+        write_hardware(load_profile("hgx-h100"), hw, "bench", platform.release(), build_fake_nvml(cache_dir()))
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            info = gpu_info.collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"))
+            times.append(time.perf_counter() - t0)
+        if len(info["nvml"]["gpus"]) != 8:
+            raise SystemExit(f"bench: gpu_info read {len(info['nvml']['gpus'])} GPUs on the 8-GPU profile")
+    return times[0], statistics.median(times[1:])
+
+
+def machines_part(bench: Bench, upgrade: bool) -> None:
+    inv = inventory_dir(bench)
+    specs = [a for name, spec in MACHINES.items() for a in ("--machine", f"{name}={spec}")]
+    bench.lab("up", *specs, "--base-port", str(bench.base_port), "--inventory", str(inv / "hosts.yml"))
+    bench.lab("cluster", "up")
+    bench.lab("repo", "up", "--port", str(bench.repo_port))
+    for prep in ("kernel.yml", "runtime.yml"):
+        bench._run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(REPO / "molecule/shared" / prep)])
+    rest = ",".join(n for n in MACHINES if n != FIRST)
+
+    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST)
+    bench.add("first install, node.yml, 1 machine (DKMS)", took, f"{FIRST}, branch {FIRST_BRANCH}; {_tasks(recap)}")
+    bench.add("first install, precompiled modules", None, "not reachable from the lab (Canonical's pool answers 404)")
+    took, recap, _ = bench.playbook("node.yml", inv, "--limit", rest)
+    bench.add("first install, node.yml, 2 machines at once (DKMS)", took, rest)
+
+    module = [str(Path(sys.executable).parent / "ansible"), "-i", str(inv), FIRST, "-m", "gpuops.nvidia.gpu_info", "-a",
+              "root=/opt/gpuops-lab/hw nvml_library=/opt/gpuops-lab/hw/nvml/libnvidia-ml.so.1"]
+    times = []
+    for _ in range(4):
+        t0 = time.monotonic()
+        bench._run(module)
+        times.append(time.monotonic() - t0)
+    bench.add("gpu_info module on the 8-GPU machine, over SSH", statistics.median(times[1:]),
+              "the whole round trip of an ad-hoc `ansible -m gpuops.nvidia.gpu_info`, median of 3 after a first")
+
+    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST)
+    _unchanged(recap, "node.yml")
+    one = took
+    bench.add("no-op node.yml, 1 machine", took, _tasks(recap))
+    took, recap, _ = bench.playbook("node.yml", inv)
+    _unchanged(recap, "node.yml")
+    bench.add("no-op node.yml, 3 machines", took, f"{took / one:.2f}x one machine")
+    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST, "--check", "--diff")
+    _unchanged(recap, "check-mode node.yml")
+    bench.add("check mode node.yml on a converged node", took, _tasks(recap))
+
+    bench.playbook("site.yml", inv)
+    took, recap, out = bench.playbook("site.yml", inv)
+    _unchanged(recap, "site.yml")
+    waited = WAITED.search(" ".join(out.split()))
+    bench.add("no-op site.yml, 3 machines", took, f"validation waited {waited[1]}s, smoke tests {waited[2]}s" if waited else "")
+
+    if upgrade:
+        took, recap, _ = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
+        bench.add("upgrade_driver.yml, 1 node", took, f"{FIRST_BRANCH} to {UPGRADE_BRANCH}, DKMS, Fabric Manager with it")
+
+
+def scale_part(bench: Bench) -> None:
+    """cluster.yml on bench.nodes KWOK nodes, first and no-op, in a state directory of its own."""
+    state = bench.state / "scale"
+    bench.lab("cluster", "up", "--no-machines", "--nodes", str(bench.nodes), "--timeout", "300", state=state)
+    try:
+        inventory = state / "inventory.json"
+        nodes = [(spec.name, spec.profile) for spec in scale_nodes(bench.nodes)]
+        inventory.write_text(json.dumps(cluster_inventory(nodes, {
+            "gpuops_cluster_kubeconfig": str(state / "cluster/kubeconfig"), "gpuops_validation_timeout": 300,
+            "gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}"})))
+        for run in ("first", "no-op"):
+            # The forks of the lab tests that ran this before (ansible.cfg has 20).
+            took, recap, out = bench.playbook("cluster.yml", inventory, forks=50)
+            if run == "no-op":
+                _unchanged(recap, "cluster.yml")
+            waited = WAITED.search(" ".join(out.split()))
+            wait = float(waited[1]) + float(waited[2]) if waited else 0.0
+            if run == "first":
+                listed = json.loads(bench._run(["kubectl", "--kubeconfig", str(state / "cluster/kubeconfig"), "get", "nodes",
+                                                "-o", "json"]).stdout)["items"]
+                labelled = [n for n in listed if "nvidia.com/gpu.present" in n["metadata"].get("labels", {})]
+                if len(labelled) != bench.nodes:
+                    raise SystemExit(f"bench: cluster.yml labelled {len(labelled)} of {bench.nodes} nodes")
+            bench.add(f"cluster.yml, {bench.nodes} KWOK nodes, {run}", took,
+                      f"{took - wait:.1f}s without the validation's {wait:.1f}s wait for the cluster")
+    finally:
+        bench.lab("cluster", "down", state=state, check=False)
+
+
+def write_table(bench: Bench, out: Path, started: float) -> str:
+    cpu = os.cpu_count()
+    lines = [
+        "# `make bench`: measured figures",
+        "",
+        f"Written by `make bench` on {date.today().isoformat()}: {cpu} cores, {platform.system()} {platform.release()},",
+        f"Python {platform.python_version()}. The whole bench took {(time.monotonic() - started) / 60:.0f} minutes. "
+        "Each figure is one run, the machines and the cluster being the lab's (systemd-nspawn machines over SSH on "
+        "loopback, a KWOK cluster); see lab/bench.py for what each step does.",
+        "",
+        "| what | seconds | notes |",
+        "|---|---:|---|",
+    ]
+    for row in bench.rows:
+        lines.append(f"| {row.what} | {_seconds(row.seconds)} | {row.note} |")
+    text = "\n".join(lines) + "\n"
+    out.write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state", default=str(Path.home() / ".local/state/gpuops-lab-bench"))
+    parser.add_argument("--base-port", type=int, default=2291)
+    parser.add_argument("--repo-port", type=int, default=8471)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--out", default=str(REPO / "docs/bench.md"))
+    parser.add_argument("--only", choices=["machines", "scale", "gpu_info"], action="append",
+                        help="run only these parts (repeatable); default: all")
+    parser.add_argument("--no-upgrade", action="store_true", help="leave out the driver upgrade (two more DKMS builds)")
+    parser.add_argument("--keep", action="store_true", help="leave the machines and their cluster running")
+    args = parser.parse_args(argv)
+    parts = args.only or ["gpu_info", "machines", "scale"]
+    state = Path(args.state)
+    state.mkdir(parents=True, exist_ok=True)
+    bench = Bench(state, args.base_port, args.repo_port, args.nodes, state / "bench.log")
+    bench.log.write_text("")
+    started = time.monotonic()
+    print(f"bench: the log of every command is {bench.log}", flush=True)
+    if "gpu_info" in parts:
+        first, median = gpu_info_seconds()
+        bench.add("gpu_info, 8 GPUs (HGX H100 profile), one read", median, f"median of 6 after a first read of {first:.3f}s")
+    try:
+        if "machines" in parts:
+            machines_part(bench, upgrade=not args.no_upgrade)
+    finally:
+        if not args.keep:
+            (teardown or _teardown)(bench)
+    if "scale" in parts:
+        scale_part(bench)
+    print(write_table(bench, Path(args.out), started))
+    return 0
+
+
+def _teardown(bench: Bench) -> None:
+    bench.lab("cluster", "down", check=False)
+    bench.lab("repo", "down", check=False)
+    bench.lab("down", "--inventory", str(bench.state / "inventory/hosts.yml"), check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
