@@ -42,6 +42,14 @@ options:
     description: Whether to run the smoke-test Job on each Node, after the allocatable check.
     type: bool
     default: true
+  smoke_nodes:
+    description:
+      - With O(smoke_test), the Nodes to run the smoke-test Job on, as the ones where something changed in this run;
+        a Node that was not right at the first read (its resources, its GFD labels or a MIG change still coming) gets
+        one too, as it was changing. The others report that nothing changed.
+      - Omitted, every Node gets one.
+    type: list
+    elements: str
   image:
     description: Image of the smoke-test container.
     type: str
@@ -127,7 +135,8 @@ nodes:
     - Per Node, C(expected), C(allocatable) (the NVIDIA resources found), C(allocatable_ok), C(present) (the Node
       exists), C(gfd) (C(matches), C(wrong), C(not labelled) or C(not checked)), C(gfd_wrong) (when wrong, each
       C(label) with its C(expected) and C(actual) value, null where absent), C(job) and C(ok).
-    - 'C(job) is C(succeeded); C(skipped) for a Node without GPU resources; C(not run) (no smoke test, check mode) or
+    - 'C(job) is C(succeeded); C(skipped) for a Node without GPU resources; C(not run) (no smoke test, check mode),
+      C(not run: nothing changed) (not in O(smoke_nodes)) or
       C(not run: allocatable wrong); or C(failed: <reason>), C(not finished in <timeout>s: <reason>) or
       C(not created: <reason>) - the smoke-test pod''s reason, or the API server''s message.'
   returned: always
@@ -229,6 +238,7 @@ def main() -> None:
             "expected": {"type": "dict", "required": True},
             "namespace": {"type": "str", "required": True},
             "smoke_test": {"type": "bool", "default": True},
+            "smoke_nodes": {"type": "list", "elements": "str"},
             "image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"},
             "command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
             "image_pull_secrets": {"type": "list", "elements": "str", "default": [], "no_log": False},
@@ -246,7 +256,8 @@ def main() -> None:
                   for n, labels in (p["gfd_labels"] or {}).items()}
     settings = Settings(namespace=p["namespace"], image=p["image"], command=tuple(p["command"]),
                         image_pull_secrets=tuple(p["image_pull_secrets"]), runtime_class_name=p["runtime_class_name"],
-                        timeout=p["timeout"], smoke_test=p["smoke_test"])
+                        timeout=p["timeout"], smoke_test=p["smoke_test"],
+                        smoke_nodes=None if p["smoke_nodes"] is None else frozenset(p["smoke_nodes"]))
     cluster = KubeCluster(connect(module))
     try:
         result = validate(cluster, expected, settings, MonotonicClock(), gfd_expected=gfd_labels, check_mode=module.check_mode,

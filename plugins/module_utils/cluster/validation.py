@@ -44,7 +44,7 @@ GFD_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.me
             # The node's sharing config, as GFD reads it through the config manager.
             "nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
 _MIG_COUNT = re.compile(r"^nvidia\.com/mig-[^/]+\.count$")
-JOB_DONE = ("succeeded", "skipped", "not run")
+JOB_DONE = ("succeeded", "skipped", "not run", "not run: nothing changed")
 # How the calls of many Nodes are made: call(item) for each item; returns {item: exception} for those that raised.
 Parallel = Callable[[Callable[[str], object], list[str]], dict[str, Exception]]
 
@@ -115,6 +115,8 @@ class Settings:
     runtime_class_name: str = ""
     timeout: int = 300
     smoke_test: bool = True
+    # None: every Node; else only these, and any Node that was not right at the first read (it was changing).
+    smoke_nodes: frozenset[str] | None = None
     poll: float = 2.0
 
 
@@ -382,8 +384,11 @@ def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Se
     result = Result(nodes=report, timings={})
     started = clock.now()
     deadline = started + settings.timeout
+    unsettled_at_first: set[str] | None = None
     while True:
         _read_nodes(cluster, report, gfd_expected, mig_configs)
+        if unsettled_at_first is None:
+            unsettled_at_first = {name for name, row in report.items() if not _settled(row) or name in mig_configs}
         if check_mode or all(_settled(r) for r in report.values()) or clock.now() >= deadline:
             break
         clock.sleep(settings.poll)
@@ -391,7 +396,11 @@ def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Se
 
     run = run or secrets.token_hex(5)
     manifests: dict[str, dict[str, Any]] = {}
+    smoke = set(report) if settings.smoke_nodes is None else (set(settings.smoke_nodes) | (unsettled_at_first or set())) & set(report)
     for name, row in sorted(report.items()) if settings.smoke_test else ():
+        if name not in smoke:
+            row["job"] = "not run: nothing changed"
+            continue
         resource = request_for(row["expected"])
         if resource is not None and row["allocatable_ok"] and _mig_ok(row):
             manifests[name] = job_manifest(name, resource, settings, run)

@@ -304,6 +304,44 @@ def test_without_smoke_test_no_job_is_created():
     assert result.msg == "" and cluster.created == [] and result.nodes["h100"]["job"] == "not run"
 
 
+def test_smoke_nodes_limits_the_jobs_to_the_nodes_that_changed():
+    clock = Clock()
+    nodes = {"h100": {"nvidia.com/gpu": 8}, "a100": {"nvidia.com/gpu": 1}, "l40s": {"nvidia.com/gpu": 4}}
+    cluster = FakeCluster(clock, dict(nodes))
+    result = validate(cluster, nodes, Settings(namespace="ns", smoke_nodes=frozenset({"a100", "elsewhere"})), clock)
+    assert result.msg == "" and result.failed_nodes == []
+    assert cluster.created == [job_name("a100")]
+    assert {n: r["job"] for n, r in result.nodes.items()} == {
+        "h100": "not run: nothing changed", "a100": "succeeded", "l40s": "not run: nothing changed"}
+    assert all(r["ok"] for r in result.nodes.values())
+
+
+def test_a_node_not_right_at_the_first_read_is_smoke_tested_though_not_listed():
+    """Its resources were still coming (a device plugin just deployed, a node just booted): it was changing."""
+    clock = Clock()
+    cluster = FakeCluster(clock, {"h100": {"nvidia.com/gpu": 8}}, ready_at=4)
+    result = validate(cluster, {"h100": {"nvidia.com/gpu": 8}}, Settings(namespace="ns", smoke_nodes=frozenset()), clock)
+    assert result.msg == "" and cluster.created == [job_name("h100")] and result.nodes["h100"]["job"] == "succeeded"
+
+
+def test_a_node_with_a_mig_change_is_smoke_tested_though_not_listed():
+    clock = Clock()
+    labels = {"a100": {"nvidia.com/gpu.deploy.mig-manager": "true", "nvidia.com/mig.config": "all-1g.10gb",
+                       "nvidia.com/mig.config.state": "success"}}
+    cluster = FakeCluster(clock, {"a100": {"nvidia.com/mig-1g.10gb": 7}}, labels=labels)
+    result = validate(cluster, {"a100": {"nvidia.com/mig-1g.10gb": 7}}, Settings(namespace="ns", smoke_nodes=frozenset()), clock,
+                      mig_configs={"a100": "all-1g.10gb"})
+    assert result.msg == "" and cluster.created == [job_name("a100")]
+
+
+def test_a_wrong_node_outside_smoke_nodes_still_fails():
+    clock = Clock()
+    cluster = FakeCluster(clock, {"h100": {"nvidia.com/gpu": 4}})
+    result = validate(cluster, {"h100": {"nvidia.com/gpu": 8}}, Settings(namespace="ns", timeout=4, smoke_nodes=frozenset()), clock)
+    assert result.failed_nodes == ["h100"] and cluster.created == []
+    assert "h100" in result.msg and "nvidia.com/gpu" in result.msg
+
+
 def test_check_mode_reads_once_creates_nothing_and_predicts_the_replacement():
     clock = Clock()
     cluster = FakeCluster(clock, {"h100": {"nvidia.com/gpu": 8}, "a100": {}})
