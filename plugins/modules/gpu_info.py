@@ -38,6 +38,14 @@ options:
     description:
       - Path of the NVML library to load instead of the default C(libnvidia-ml.so.1).
     type: path
+  distribution_facts:
+    description:
+      - Also return the distribution facts the collection's roles read (C(distribution), C(distribution_version),
+        C(distribution_major_version), C(distribution_release), C(os_family), C(architecture), C(kernel), C(pkg_mgr)) as
+        C(ansible_facts), read the way C(ansible.builtin.setup) reads them, so that a play needs no C(setup) round trip.
+    type: bool
+    default: false
+    version_added: 0.2.0
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
 extends_documentation_fragment:
@@ -274,10 +282,52 @@ gpu_info:
               compute tray) - with C(reason), C(required) (Fabric Manager must run) and C(nvlink5).
           type: dict
           sample: {mode: fabricmanager, required: true, reason: 4 NVSwitch device(s) on the PCI bus, nvlink5: false}
+nvml_library_installed:
+  description:
+    - Whether an NVML library is there to load - O(nvml_library) exists, or C(libnvidia-ml.so.1) is in the dynamic
+      linker's cache (C(ldconfig -p)). Where the binding is missing, it says whether installing it would bring in an
+      NVIDIA library of its own.
+  returned: always
+  type: bool
+  sample: true
+ansible_facts:
+  description: With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them.
+  returned: when O(distribution_facts) is true
+  type: dict
+  sample: {distribution: Ubuntu, distribution_major_version: "24", os_family: Debian, architecture: x86_64}
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible.module_utils.facts.system.pkg_mgr import PkgMgrFactCollector
+from ansible.module_utils.facts.system.platform import PlatformFactCollector
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
+
+DISTRIBUTION_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release", "os_family",
+                      "architecture", "kernel", "pkg_mgr")
+LD_CACHE = "/etc/ld.so.cache"
+
+
+def nvml_library_installed(library: str | None) -> bool:
+    """The named library exists, or the linker's cache lists libnvidia-ml.so.1 (what `ldconfig -p` prints)."""
+    if library:
+        return os.path.exists(library)
+    try:
+        with open(LD_CACHE, "rb") as cache:
+            return b"libnvidia-ml.so.1" in cache.read()
+    except OSError:
+        return False
+
+
+def distribution_facts(module: AnsibleModule) -> dict:
+    facts: dict = {}
+    for collector in (DistributionFactCollector(), PlatformFactCollector()):
+        facts.update(collector.collect(module=module))
+    # The package manager collector reads the facts collected before it under their ansible_ names.
+    facts.update(PkgMgrFactCollector().collect(module=module, collected_facts={f"ansible_{k}": v for k, v in facts.items()}))
+    return {k: facts[k] for k in DISTRIBUTION_FACTS if k in facts}
 
 
 def main() -> None:
@@ -285,6 +335,7 @@ def main() -> None:
         argument_spec={
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
+            "distribution_facts": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -293,7 +344,8 @@ def main() -> None:
         info = collect(p["root"], p["nvml_library"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, gpu_info=info)
+    extra = {"ansible_facts": distribution_facts(module)} if p["distribution_facts"] else {}
+    module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]), **extra)
 
 
 if __name__ == "__main__":

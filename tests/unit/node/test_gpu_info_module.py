@@ -1,0 +1,63 @@
+"""The gpu_info module end to end on the HGX H100 profile's simulated hardware: the distribution facts it gives in
+place of a setup round trip, and whether an NVML library is there for the binding the preflight role installs."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info
+
+from lab.hardware import build_fake_nvml, load_profile, write_hardware
+
+from ..harness import call
+
+
+@pytest.fixture(scope="module")
+def hw(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hw")
+    write_hardware(load_profile("hgx-h100"), root, "m1", "6.8.0-45-generic", build_fake_nvml(tmp_path_factory.mktemp("nvml")))
+    return root
+
+
+class _NoCommands:
+    """What the distribution collector may ask of a module, answered without running anything."""
+
+    def get_bin_path(self, *_args, **_kwargs):
+        return None
+
+    def run_command(self, *_args, **_kwargs):
+        return 1, "", ""
+
+
+def test_distribution_facts_are_setups(hw):
+    res = call(gpu_info.main, {"root": str(hw), "distribution_facts": True})
+    facts = res["ansible_facts"]
+    assert set(facts) == set(gpu_info.DISTRIBUTION_FACTS)
+    setup = DistributionFactCollector().collect(module=_NoCommands())
+    assert {k: facts[k] for k in ("distribution", "distribution_major_version", "os_family")} == {
+        k: setup[k] for k in ("distribution", "distribution_major_version", "os_family")}
+    assert facts["architecture"] == platform.machine()
+    assert res["changed"] is False
+
+
+def test_no_facts_unless_asked(hw):
+    assert "ansible_facts" not in call(gpu_info.main, {"root": str(hw)})
+
+
+def test_a_named_library_is_installed_when_it_exists(hw):
+    lib = hw / "nvml/libnvidia-ml.so.1"
+    res = call(gpu_info.main, {"root": str(hw), "nvml_library": str(lib)})
+    assert res["nvml_library_installed"] is True and res["gpu_info"]["summary"]["gpu_count"] == 8
+
+
+def test_the_linker_cache_says_whether_libnvidia_ml_is_there(tmp_path, monkeypatch):
+    cache = tmp_path / "ld.so.cache"
+    monkeypatch.setattr(gpu_info, "LD_CACHE", str(cache))
+    assert gpu_info.nvml_library_installed(None) is False  # no cache at all
+    cache.write_bytes(b"glibc-ld.so.cache1.1\x00libc.so.6\x00/lib/x86_64-linux-gnu/libc.so.6\x00")
+    assert gpu_info.nvml_library_installed(None) is False
+    cache.write_bytes(cache.read_bytes() + b"libnvidia-ml.so.1\x00/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\x00")
+    assert gpu_info.nvml_library_installed(None) is True
+    assert gpu_info.nvml_library_installed(str(tmp_path / "missing.so")) is False
