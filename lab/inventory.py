@@ -6,15 +6,22 @@ from pathlib import Path
 
 import yaml
 
+from .facts import A100_PROFILE_MIG_CONFIG
 from .hardware import HW_PATH, NVML_LIBRARY, load_profile
 from .machines import Machine, ssh_option_args
 
 GROUP = "gpu_nodes"
+# The MIG config a profile's GPUs are in: the machine's host variables name it and the inventory carries it, so the
+# lab cluster's MIG manager applies the layout the machine's fake NVML reports. Without it the MIG manager would
+# apply the default (all-disabled) to the Node while the facts, which no MIG manager changes, keep showing MIG devices:
+# every later cluster.yml would expect them and fail.
+PROFILE_MIG_CONFIGS = {"a100-pcie-mig": A100_PROFILE_MIG_CONFIG}
 
 
 def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
     """Inventory data: every machine in group gpu_nodes, reached over SSH on loopback as root."""
     hosts = {m.name: host_vars(m) for m in sorted(machines.values(), key=lambda m: m.name)}
+    mig_configs = {name: config for m in machines.values() for name, config in PROFILE_MIG_CONFIGS.get(m.profile or "", {}).items()}
     return {
         "all": {
             "vars": {
@@ -22,6 +29,7 @@ def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
                 "ansible_ssh_private_key_file": str(key),
                 "ansible_ssh_common_args": " ".join(ssh_option_args()),
                 "ansible_python_interpreter": "/usr/bin/python3",
+                **({"gpuops_mig_manager_configs": mig_configs} if mig_configs else {}),
             },
             "children": {GROUP: {"hosts": hosts}},
         }
@@ -42,6 +50,8 @@ def host_vars(machine: Machine) -> dict:
             # nvidia-ctk reads MIG devices' capability files from the real /proc/driver/nvidia-caps, which a
             # lab machine cannot simulate: the CDI spec is not generated on machines with MIG devices.
             found["gpuops_container_toolkit_cdi_spec"] = False
+        if machine.profile in PROFILE_MIG_CONFIGS:
+            found["gpuops_mig_manager_config"] = next(iter(PROFILE_MIG_CONFIGS[machine.profile]))
     return found
 
 

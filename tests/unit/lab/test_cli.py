@@ -89,6 +89,20 @@ def test_machines_with_mig_devices_do_not_generate_the_cdi_spec():
     assert "gpuops_container_toolkit_cdi_spec" not in host_vars(machine("hgx-h100"))
 
 
+def test_the_mig_profile_names_the_config_its_gpus_are_in(tmp_path):
+    """The lab's MIG manager must apply what the machine's fake NVML shows, or every later cluster.yml fails."""
+    from lab.facts import A100_PROFILE_MIG_CONFIG
+
+    machines = {"a": Machine(name="a", distro="jammy", port=2222, directory="/x/a", profile="a100-pcie-mig"),
+                "b": Machine(name="b", distro="noble", port=2221, directory="/x/b", profile="hgx-h100")}
+    data = render_inventory(machines, tmp_path / "key")
+    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
+    assert hosts["a"]["gpuops_mig_manager_config"] == "lab-a100-gpu0-balanced"
+    assert "gpuops_mig_manager_config" not in hosts["b"]
+    assert data["all"]["vars"]["gpuops_mig_manager_configs"] == A100_PROFILE_MIG_CONFIG
+    assert "gpuops_mig_manager_configs" not in render_inventory({"b": machines["b"]}, tmp_path / "key")["all"]["vars"]
+
+
 def test_down_removes_only_the_inventory_its_own_up_wrote(capsys, tmp_path, monkeypatch):
     """`lab down --state OTHER` must not delete the default inventory of a lab that is still running."""
     from lab.machines import Lab
