@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -35,12 +36,16 @@ TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "rep
 NS = "gpu-operator"
 
 
-def playbook(inventory: Path, *args: str, extra: dict | None = None, timeout: float = 900,
-             play: str = "cluster.yml") -> subprocess.CompletedProcess[str]:
+def playbook_command(inventory: Path, *args: str, play: str = "cluster.yml") -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_STDOUT_CALLBACK": "default",
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml", "ANSIBLE_FORKS": "50", "ANSIBLE_HOST_KEY_CHECKING": "false"}
-    cmd = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / play), *args]
+    return [str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / "playbooks" / play), *args], env
+
+
+def playbook(inventory: Path, *args: str, extra: dict | None = None, timeout: float = 900,
+             play: str = "cluster.yml") -> subprocess.CompletedProcess[str]:
+    cmd, env = playbook_command(inventory, *args, play=play)
     if extra:
         extra_file = inventory.with_name(f"extra-{abs(hash(json.dumps(extra, sort_keys=True)))}.json")
         extra_file.write_text(json.dumps(extra))
@@ -158,6 +163,45 @@ BAD_INPUT = {
         {"gpuops_dcgm_exporter_metrics": "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\nDCGM_FI_DEV_NO_SUCH_FIELD, gauge, Nothing.\n"},
         "gpuops_dcgm_exporter_metrics line 2: 'DCGM_FI_DEV_NO_SUCH_FIELD' is not a DCGM field name"),
 }
+
+
+def _kubeconfig_variant(kubeconfig: Path, name: str, change) -> str:
+    """A copy of the lab's kubeconfig with change(config) applied, beside it."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    change(config)
+    path = kubeconfig.with_name(f"kubeconfig-{name}")
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def _unreachable(config: dict) -> None:
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
+
+
+def _stranger(config: dict) -> None:
+    config["users"][0]["user"] = {"token": "not-a-token-of-this-cluster"}
+
+
+# The connection itself (issue 23): each named with where the settings came from, before any role talks to the server.
+CONNECTION = {
+    "a kubeconfig that does not exist": (lambda _k: "/nonexistent/kubeconfig", 'gpuops_cluster_kubeconfig: "/nonexistent/kubeconfig" does not exist'),
+    "an API server that does not answer": (lambda k: _kubeconfig_variant(k, "unreachable", _unreachable),
+                                           "cannot reach the API server of gpuops_cluster_kubeconfig"),
+    "credentials the API server refuses": (lambda k: _kubeconfig_variant(k, "stranger", _stranger),
+                                           "the API server refused the credentials of gpuops_cluster_kubeconfig"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONNECTION))
+def test_bad_connection_fails_before_anything_is_applied(lab_cluster, case):
+    kubeconfig, inventory = lab_cluster
+    path, message = CONNECTION[case]
+    res = playbook(inventory, extra={"gpuops_cluster_kubeconfig": path(kubeconfig)})
+    assert res.returncode != 0
+    assert message in " ".join(res.stdout.split()), res.stdout[-3000:]
+    assert "Apply them" not in res.stdout
+    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
+    assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))
@@ -597,6 +641,47 @@ def test_an_nfd_that_would_drop_gfds_labels_is_refused_before_anything_is_applie
 
 
 MPS2 = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+
+
+def test_a_run_killed_while_it_applies_converges_on_the_next(tmp_path):
+    """ansible-playbook killed (SIGKILL, its whole process group) once the device plugin's apply has started: the
+    cluster holds part of the objects; the next run converges and validates, and the one after changes nothing."""
+    lab(tmp_path, "cluster", "up", "--no-machines", "--node=k-h100=hgx-h100")
+    try:
+        kubeconfig = tmp_path / "cluster/kubeconfig"
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps(cluster_inventory(
+            [("k-h100", "hgx-h100")], {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_validation_timeout": 120,
+                                       **nfd_crds(tmp_path)})))
+        cmd, env = playbook_command(inventory)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        applies, seen = 0, []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                seen.append(line)
+                if "TASK [gpuops.nvidia.cluster_common : Apply them]" in line:
+                    applies += 1
+                    if applies == 2:  # the cluster prerequisites are in; the device plugin's apply is under way
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        break
+        finally:
+            if proc.poll() is None and applies < 2:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        assert applies == 2 and proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+        assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode == 0
+        assert kubectl(kubeconfig, "get", "daemonset", "-n", NS, "nvidia-dcgm-exporter", check=False).returncode != 0
+
+        again = playbook(inventory)
+        assert again.returncode == 0, again.stdout[-4000:]
+        out = " ".join(again.stdout.split())
+        assert "k-h100: nvidia.com/gpu=8, smoke test succeeded" in out, out[-3000:]
+        third = playbook(inventory)
+        assert third.returncode == 0 and recap(third.stdout)["localhost"]["changed"] == 0, third.stdout[-4000:]
+    finally:
+        lab(tmp_path, "cluster", "down")
 
 
 def test_an_mps_config_is_advertised_only_with_the_mps_control_daemon(tmp_path):
