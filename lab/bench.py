@@ -99,7 +99,7 @@ class Bench:
 
     def add(self, what: str, seconds: float | None, note: str = "") -> None:
         self.rows.append(Row(what, seconds, note))
-        print(f"bench: {what}: {_seconds(seconds)}s {note}".rstrip(), flush=True)
+        print(f"bench: {what}: {_seconds(seconds)}{'' if seconds is None else 's'} {note}".rstrip(), flush=True)
 
 
 def _seconds(seconds: float | None) -> str:

@@ -21,8 +21,10 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   What was found is recorded (BOOT_RECORD), for tests. On a machine whose profile has a loaded driver,
   a module found and not blacklisted becomes the loaded kernel module: its version and flavour go to
   proc/driver/nvidia/version (what Fabric Manager checks itself against), and the fake NVML reports that
-  version (driver_version, nvml_version), as the real library reports the loaded module's. Its other answers
-  stay the profile's: the real daemons that would talk to the module (nvidia-persistenced) cannot run here.
+  version (driver_version, nvml_version), as the real library reports the loaded module's. The stand-in driver
+  root that nvidia-ctk reads (driver/usr/lib/...) follows too: libcuda.so.<version> and libnvidia-ml.so.<version>,
+  the other versions' names gone, as a driver package swap leaves them. Its other answers stay the profile's: the
+  real daemons that would talk to the module (nvidia-persistenced) cannot run here.
 
 Run as `python3 /opt/gpuops-lab/boot.py [HARDWARE_ROOT]`; stdlib only, Python 3.10 or later (Ubuntu 22.04 has 3.10).
 """
@@ -215,7 +217,27 @@ def load_driver(hw: str, info: dict) -> bool:
         with open(conf + ".tmp", "w") as handle:
             handle.write("\n".join(lines) + "\n")
         os.replace(conf + ".tmp", conf)
+    follow_driver_root(os.path.join(hw, "driver/usr/lib/x86_64-linux-gnu"), version)
     return True
+
+
+def follow_driver_root(lib: str, version: str) -> None:
+    """The stand-in driver root's versioned libraries at `version` (nvidia-ctk looks for libcuda.so.<driver version>)."""
+    if not os.path.isdir(lib):
+        return
+    for name in os.listdir(lib):
+        if re.fullmatch(r"lib(cuda|nvidia-ml)\.so\.\d+\.\d+(\.\d+)?", name) and not name.endswith("." + version):
+            os.unlink(os.path.join(lib, name))
+    cuda = os.path.join(lib, f"libcuda.so.{version}")
+    if not os.path.lexists(cuda):
+        open(cuda, "wb").close()
+    nvml = os.path.join(lib, f"libnvidia-ml.so.{version}")
+    if not os.path.lexists(nvml):
+        os.symlink("../../../../nvml/libnvidia-ml.so.1", nvml)
+    link = os.path.join(lib, "libcuda.so.1")
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(f"libcuda.so.{version}", link)
 
 
 def nvml_version(driver: str, conf_lines: list) -> str:

@@ -174,6 +174,13 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     conf = (hw / "nvml/nvml.conf").read_text().splitlines()
     assert "driver_version=580.126.20" in conf and "nvml_version=12.580.126.20" in conf
     assert "driver_loaded=1" in conf
+    # nvidia-ctk's driver root follows (it looks for libcuda.so.<NVML's driver version>): a driver upgrade's CDI
+    # refresh failed on the profile's stand-in libraries before.
+    lib = hw / "driver/usr/lib/x86_64-linux-gnu"
+    assert sorted(p.name for p in lib.iterdir()) == ["libcuda.so.1", "libcuda.so.580.126.20", "libnvidia-ml.so.1",
+                                                      "libnvidia-ml.so.580.126.20"]
+    assert (lib / "libcuda.so.1").resolve() == (lib / "libcuda.so.580.126.20").resolve()
+    assert (lib / "libnvidia-ml.so.580.126.20").resolve() == (hw / "nvml/libnvidia-ml.so.1").resolve()
 
 
 def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
