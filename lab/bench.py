@@ -88,8 +88,8 @@ class Bench:
         """Run a playbook, return (seconds, the recap per host, the output); any failed host stops the bench."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *extra, str(REPO / "playbooks" / playbook)]
         t0 = time.monotonic()
-        res = self._run(cmd, check=False, env={"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-                                                          **({"ANSIBLE_FORKS": str(forks)} if forks else {})})
+        env = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", **({"ANSIBLE_FORKS": str(forks)} if forks else {})}
+        res = self._run(cmd, check=False, env=env)
         took = time.monotonic() - t0
         recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5]),
                         "skipped": int(m[6])} for m in RECAP.finditer(res.stdout)}
@@ -144,7 +144,7 @@ def gpu_info_seconds(runs: int = 7) -> tuple[float, float]:
         hw = Path(tmp) / "hw"
         write_hardware(load_profile("hgx-h100"), hw, "bench", platform.release(), build_fake_nvml(cache_dir()))
         times = []
-        for _ in range(runs):
+        for _run in range(runs):
             t0 = time.perf_counter()
             info = gpu_info.collect(str(hw), str(hw / "nvml/libnvidia-ml.so.1"))
             times.append(time.perf_counter() - t0)
@@ -163,30 +163,30 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
         bench._run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(REPO / "molecule/shared" / prep)])
     rest = ",".join(n for n in MACHINES if n != FIRST)
 
-    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST)
+    took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST)
     bench.add("first install, node.yml, 1 machine (DKMS)", took, f"{FIRST}, branch {FIRST_BRANCH}; {_tasks(recap)}")
     bench.add("first install, precompiled modules", None, "not reachable from the lab (Canonical's pool answers 404)")
-    took, recap, _ = bench.playbook("node.yml", inv, "--limit", rest)
+    took, recap, _out = bench.playbook("node.yml", inv, "--limit", rest)
     bench.add("first install, node.yml, 2 machines at once (DKMS)", took, rest)
 
     module = [str(Path(sys.executable).parent / "ansible"), "-i", str(inv), FIRST, "-m", "gpuops.nvidia.gpu_info", "-a",
               "root=/opt/gpuops-lab/hw nvml_library=/opt/gpuops-lab/hw/nvml/libnvidia-ml.so.1"]
     times = []
-    for _ in range(4):
+    for _try in range(4):
         t0 = time.monotonic()
         bench._run(module)
         times.append(time.monotonic() - t0)
     bench.add("gpu_info module on the 8-GPU machine, over SSH", statistics.median(times[1:]),
               "the whole round trip of an ad-hoc `ansible -m gpuops.nvidia.gpu_info`, median of 3 after a first")
 
-    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST)
+    took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST)
     _unchanged(recap, "node.yml")
     one = took
     bench.add("no-op node.yml, 1 machine", took, _tasks(recap))
-    took, recap, _ = bench.playbook("node.yml", inv)
+    took, recap, _out = bench.playbook("node.yml", inv)
     _unchanged(recap, "node.yml")
     bench.add("no-op node.yml, 3 machines", took, f"{took / one:.2f}x one machine")
-    took, recap, _ = bench.playbook("node.yml", inv, "--limit", FIRST, "--check", "--diff")
+    took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST, "--check", "--diff")
     _unchanged(recap, "check-mode node.yml")
     bench.add("check mode node.yml on a converged node", took, _tasks(recap))
 
@@ -197,7 +197,7 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
     bench.add("no-op site.yml, 3 machines", took, f"validation waited {waited[1]}s, smoke tests {waited[2]}s" if waited else "")
 
     if upgrade:
-        took, recap, _ = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
+        took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
         bench.add("upgrade_driver.yml, 1 node", took, f"{FIRST_BRANCH} to {UPGRADE_BRANCH}, DKMS, Fabric Manager with it")
 
 
@@ -251,7 +251,7 @@ def write_table(bench: Bench, out: Path, started: float) -> str:
 
 
 def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.bench", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--state", default=str(Path.home() / ".local/state/gpuops-lab-bench"))
     parser.add_argument("--base-port", type=int, default=2291)
     parser.add_argument("--repo-port", type=int, default=8471)

@@ -177,8 +177,8 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     # nvidia-ctk's driver root follows (it looks for libcuda.so.<NVML's driver version>): a driver upgrade's CDI
     # refresh failed on the profile's stand-in libraries before.
     lib = hw / "driver/usr/lib/x86_64-linux-gnu"
-    assert sorted(p.name for p in lib.iterdir()) == ["libcuda.so.1", "libcuda.so.580.126.20", "libnvidia-ml.so.1",
-                                                      "libnvidia-ml.so.580.126.20"]
+    names = ["libcuda.so.1", "libcuda.so.580.126.20", "libnvidia-ml.so.1", "libnvidia-ml.so.580.126.20"]
+    assert sorted(p.name for p in lib.iterdir()) == names
     assert (lib / "libcuda.so.1").resolve() == (lib / "libcuda.so.580.126.20").resolve()
     assert (lib / "libnvidia-ml.so.580.126.20").resolve() == (hw / "nvml/libnvidia-ml.so.1").resolve()
 
