@@ -41,6 +41,7 @@ from .cluster import scale_nodes
 from .facts import cluster_inventory
 from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
+from .inventory import PROFILE_MIG_CONFIGS
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}
@@ -57,6 +58,8 @@ class Row:
     what: str
     seconds: float | None
     note: str = ""
+    part: str = ""
+    measured: str = ""  # when the run that measured it started (UTC, to the minute)
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Bench:
     nodes: int
     log: Path
     rows: list[Row] = field(default_factory=list)
+    part: str = ""
+    started: str = ""
 
     # -- running things ----------------------------------------------------------------------
     def lab(self, *args: str, state: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -98,7 +103,9 @@ class Bench:
         return took, recap, res.stdout
 
     def add(self, what: str, seconds: float | None, note: str = "") -> None:
-        self.rows.append(Row(what, seconds, note))
+        """Record a figure, and keep it at once in the state's results (a later step that fails does not lose it)."""
+        self.rows.append(Row(what, seconds, note, self.part, self.started))
+        save_results(self.state / "results.json", self.rows)
         print(f"bench: {what}: {_seconds(seconds)}{'' if seconds is None else 's'} {note}".rstrip(), flush=True)
 
 
@@ -208,9 +215,15 @@ def scale_part(bench: Bench) -> None:
     try:
         inventory = state / "inventory.json"
         nodes = [(spec.name, spec.profile) for spec in scale_nodes(bench.nodes)]
+        # The MIG config each MIG profile's GPUs are in (as `lab up` writes it): the lab's MIG manager must apply what
+        # the facts show, or the no-op run expects MIG devices the default config took away.
+        mig = {profile: next(iter(PROFILE_MIG_CONFIGS[profile])) for _name, profile in nodes if profile in PROFILE_MIG_CONFIGS}
+        configs = {name: config for profile in mig for name, config in PROFILE_MIG_CONFIGS[profile].items()}
         inventory.write_text(json.dumps(cluster_inventory(nodes, {
             "gpuops_cluster_kubeconfig": str(state / "cluster/kubeconfig"), "gpuops_validation_timeout": 300,
-            "gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}"})))
+            "gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}",
+            **({"gpuops_mig_manager_configs": configs} if configs else {})},
+            {name: {"gpuops_mig_manager_config": mig[profile]} for name, profile in nodes if profile in mig})))
         for run in ("first", "no-op"):
             # The forks of the lab tests that ran this before (ansible.cfg has 20).
             took, recap, out = bench.playbook("cluster.yml", inventory, forks=50)
@@ -230,21 +243,39 @@ def scale_part(bench: Bench) -> None:
         bench.lab("cluster", "down", state=state, check=False)
 
 
+PARTS = ("gpu_info", "machines", "scale")
+
+
+def load_results(path: Path, parts_run: list[str]) -> list[Row]:
+    """The figures of earlier runs for the parts this run does not measure."""
+    try:
+        rows = [Row(**r) for r in json.loads(path.read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+    return [r for r in rows if r.part not in parts_run]
+
+
+def save_results(path: Path, rows: list[Row]) -> None:
+    ordered = sorted(rows, key=lambda r: PARTS.index(r.part) if r.part in PARTS else len(PARTS))
+    path.write_text(json.dumps([r.__dict__ for r in ordered], indent=1) + "\n")
+
+
 def write_table(bench: Bench, out: Path, started: float) -> str:
     cpu = os.cpu_count()
     lines = [
         "# `make bench`: measured figures",
         "",
         f"Written by `make bench` on {date.today().isoformat()}: {cpu} cores, {platform.system()} {platform.release()},",
-        f"Python {platform.python_version()}. The whole bench took {(time.monotonic() - started) / 60:.0f} minutes. "
+        f"Python {platform.python_version()}. This run took {(time.monotonic() - started) / 60:.0f} minutes. "
         "Each figure is one run, the machines and the cluster being the lab's (systemd-nspawn machines over SSH on "
-        "loopback, a KWOK cluster); see lab/bench.py for what each step does.",
+        "loopback, a KWOK cluster); see lab/bench.py for what each step does. A part this run did not measure "
+        "(`--only`, or a run that stopped) keeps the figures of the run named in the last column.",
         "",
-        "| what | seconds | notes |",
-        "|---|---:|---|",
+        "| what | seconds | notes | measured (UTC) |",
+        "|---|---:|---|---|",
     ]
-    for row in bench.rows:
-        lines.append(f"| {row.what} | {_seconds(row.seconds)} | {row.note} |")
+    for row in sorted(bench.rows, key=lambda r: PARTS.index(r.part) if r.part in PARTS else len(PARTS)):
+        lines.append(f"| {row.what} | {_seconds(row.seconds)} | {row.note} | {row.measured} |")
     text = "\n".join(lines) + "\n"
     out.write_text(text)
     return text
@@ -265,20 +296,25 @@ def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None
     parts = args.only or ["gpu_info", "machines", "scale"]
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
-    bench = Bench(state, args.base_port, args.repo_port, args.nodes, state / "bench.log")
+    bench = Bench(state, args.base_port, args.repo_port, args.nodes, state / "bench.log",
+                  started=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
+    bench.rows = load_results(state / "results.json", parts)
     bench.log.write_text("")
     started = time.monotonic()
     print(f"bench: the log of every command is {bench.log}", flush=True)
     if "gpu_info" in parts:
+        bench.part = "gpu_info"
         first, median = gpu_info_seconds()
         bench.add("gpu_info, 8 GPUs (HGX H100 profile), one read", median, f"median of 6 after a first read of {first:.3f}s")
     try:
         if "machines" in parts:
+            bench.part = "machines"
             machines_part(bench, upgrade=not args.no_upgrade)
     finally:
         if not args.keep:
             (teardown or _teardown)(bench)
     if "scale" in parts:
+        bench.part = "scale"
         scale_part(bench)
     print(write_table(bench, Path(args.out), started))
     return 0
