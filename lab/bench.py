@@ -38,10 +38,9 @@ from pathlib import Path
 import yaml
 
 from .cluster import scale_nodes
-from .facts import cluster_inventory
+from .facts import cluster_inventory, profile_mig_config, profile_mig_configs
 from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
-from .inventory import PROFILE_MIG_CONFIGS
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}
@@ -217,13 +216,12 @@ def scale_part(bench: Bench) -> None:
         nodes = [(spec.name, spec.profile) for spec in scale_nodes(bench.nodes)]
         # The MIG config each MIG profile's GPUs are in (as `lab up` writes it): the lab's MIG manager must apply what
         # the facts show, or the no-op run expects MIG devices the default config took away.
-        mig = {profile: next(iter(PROFILE_MIG_CONFIGS[profile])) for _name, profile in nodes if profile in PROFILE_MIG_CONFIGS}
-        configs = {name: config for profile in mig for name, config in PROFILE_MIG_CONFIGS[profile].items()}
+        configs = profile_mig_configs(profile for _name, profile in nodes)
         inventory.write_text(json.dumps(cluster_inventory(nodes, {
             "gpuops_cluster_kubeconfig": str(state / "cluster/kubeconfig"), "gpuops_validation_timeout": 300,
             "gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}",
             **({"gpuops_mig_manager_configs": configs} if configs else {})},
-            {name: {"gpuops_mig_manager_config": mig[profile]} for name, profile in nodes if profile in mig})))
+            {name: {"gpuops_mig_manager_config": config} for name, profile in nodes if (config := profile_mig_config(profile))})))
         for run in ("first", "no-op"):
             # The forks of the lab tests that ran this before (ansible.cfg has 20).
             took, recap, out = bench.playbook("cluster.yml", inventory, forks=50)

@@ -66,3 +66,18 @@ A100_PROFILE_MIG_CONFIG = {"lab-a100-gpu0-balanced": [
     {"devices": [0], "device-filter": ["0x20B510DE"], "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
     {"devices": [1], "device-filter": ["0x20B510DE"], "mig-enabled": False},
 ]}
+# The MIG config a profile's GPUs are in. An inventory of lab hosts carries it and each such host names it, so the lab
+# cluster's MIG manager applies the layout the host's fake NVML reports. Without it the MIG manager would apply the
+# default (all-disabled) to the Node while the facts, which no MIG manager changes, keep showing MIG devices: every
+# later cluster.yml would expect them and fail.
+PROFILE_MIG_CONFIGS = {"a100-pcie-mig": A100_PROFILE_MIG_CONFIG}
+
+
+def profile_mig_config(profile: str | None) -> str | None:
+    """The name of the MIG config a host of this profile names (gpuops_mig_manager_config), None for other profiles."""
+    return next(iter(PROFILE_MIG_CONFIGS[profile])) if profile in PROFILE_MIG_CONFIGS else None
+
+
+def profile_mig_configs(profiles) -> dict:
+    """The MIG configs (gpuops_mig_manager_configs) an inventory of hosts of these profiles carries."""
+    return {name: config for profile in set(profiles) for name, config in PROFILE_MIG_CONFIGS.get(profile or "", {}).items()}

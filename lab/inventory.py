@@ -6,22 +6,15 @@ from pathlib import Path
 
 import yaml
 
-from .facts import A100_PROFILE_MIG_CONFIG
+from .facts import profile_mig_config, profile_mig_configs
 from .hardware import HW_PATH, NVML_LIBRARY, load_profile
 from .machines import Machine, ssh_option_args
 
 GROUP = "gpu_nodes"
-# The MIG config a profile's GPUs are in: the machine's host variables name it and the inventory carries it, so the
-# lab cluster's MIG manager applies the layout the machine's fake NVML reports. Without it the MIG manager would
-# apply the default (all-disabled) to the Node while the facts, which no MIG manager changes, keep showing MIG devices:
-# every later cluster.yml would expect them and fail.
-PROFILE_MIG_CONFIGS = {"a100-pcie-mig": A100_PROFILE_MIG_CONFIG}
-
-
 def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
     """Inventory data: every machine in group gpu_nodes, reached over SSH on loopback as root."""
     hosts = {m.name: host_vars(m) for m in sorted(machines.values(), key=lambda m: m.name)}
-    mig_configs = {name: config for m in machines.values() for name, config in PROFILE_MIG_CONFIGS.get(m.profile or "", {}).items()}
+    mig_configs = profile_mig_configs(m.profile for m in machines.values())
     return {
         "all": {
             "vars": {
@@ -50,8 +43,9 @@ def host_vars(machine: Machine) -> dict:
             # nvidia-ctk reads MIG devices' capability files from the real /proc/driver/nvidia-caps, which a
             # lab machine cannot simulate: the CDI spec is not generated on machines with MIG devices.
             found["gpuops_container_toolkit_cdi_spec"] = False
-        if machine.profile in PROFILE_MIG_CONFIGS:
-            found["gpuops_mig_manager_config"] = next(iter(PROFILE_MIG_CONFIGS[machine.profile]))
+        mig_config = profile_mig_config(machine.profile)
+        if mig_config:
+            found["gpuops_mig_manager_config"] = mig_config
     return found
 
 
