@@ -11,6 +11,8 @@ from .hardware import HW_PATH, NVML_LIBRARY, load_profile
 from .machines import Machine, ssh_option_args
 
 GROUP = "gpu_nodes"
+
+
 def render_inventory(machines: dict[str, Machine], key: Path) -> dict:
     """Inventory data: every machine in group gpu_nodes, reached over SSH on loopback as root."""
     hosts = {m.name: host_vars(m) for m in sorted(machines.values(), key=lambda m: m.name)}
