@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import timing, toolkit
+from . import interrupt, timing, toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
@@ -117,7 +117,9 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         raise LabError(f"no lab machine named {args.name!r} (machines: {known})")
     if not lab.is_ours(machine):
         raise LabError(f"lab machine {args.name} is not running (pid {machine.pid} is gone); run 'lab down' then 'lab up'")
-    cmd = lab.ssh_command(machine, *args.command)
+    # `lab ssh NAME -- CMD...`: argparse keeps the "--", which ssh would send as the command's first word.
+    remote = args.command[1:] if args.command[:1] == ["--"] else args.command
+    cmd = lab.ssh_command(machine, *remote)
     if sys.stdin.isatty():
         cmd.insert(1, "-t")
     os.execvp(cmd[0], cmd)
@@ -211,6 +213,15 @@ def cmd_time_run(args: argparse.Namespace) -> int:
     return timing.run_timed(Path(args.log), args.name, command)
 
 
+def cmd_interrupt(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise LabError("interrupt: no command given (lab interrupt --until CHECK --log FILE -- CMD...)")
+    result = interrupt.run_until(command, args.until, log=Path(args.log), timeout=args.timeout)
+    print(json.dumps(result))
+    return 0
+
+
 def cmd_time_report(args: argparse.Namespace) -> int:
     begin = timing.read_begin(Path(args.begin_file) if args.begin_file else None)
     budget = args.budget_min * 60 if args.budget_min is not None else None
@@ -281,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     rsub.add_parser("down", help="stop the server (by PID)").set_defaults(func=cmd_repo_down)
     rsub.add_parser("status", help="the server's address and PID, as JSON").set_defaults(func=cmd_repo_status)
     rsub.add_parser("build", help="build (or find in the cache) the repository").set_defaults(func=cmd_repo_build)
+
+    intr = sub.add_parser("interrupt", help="run a command and SIGKILL its process group once a check passes (interrupted runs)")
+    intr.add_argument("--until", required=True, help="shell command run every 0.5s; the first exit 0 kills the command")
+    intr.add_argument("--log", required=True, help="where the command's output goes")
+    intr.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the check (default 900)")
+    intr.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    intr.set_defaults(func=cmd_interrupt)
 
     timed = sub.add_parser("time", help="time the steps of `make test` and print the table (no root needed)")
     tsub = timed.add_subparsers(dest="time_cmd", required=True)

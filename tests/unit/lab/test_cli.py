@@ -41,6 +41,18 @@ def test_ssh_to_an_unknown_machine(capsys, tmp_path):
     assert "no lab machine named 'nope' (machines: none running)" in err
 
 
+@pytest.mark.parametrize("argv", [["--", "test", "-d", "/x"], ["test", "-d", "/x"]], ids=["with --", "without"])
+def test_ssh_runs_the_command_without_the_separator(monkeypatch, tmp_path, argv):
+    machine = Machine(name="m", distro="noble", port=2222, directory="/x/m")
+    monkeypatch.setattr(cli.Lab, "load", lambda self: {"m": machine})
+    monkeypatch.setattr(cli.Lab, "is_ours", lambda self, m: True)
+    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: False, raising=False)
+    ran = []
+    monkeypatch.setattr(cli.os, "execvp", lambda prog, cmd: ran.append(cmd))
+    cli.main(["--state", str(tmp_path), "ssh", "m", *argv])
+    assert ran[0][-4:] == ["root@127.0.0.1", "test", "-d", "/x"]
+
+
 def test_status_of_an_empty_lab(capsys, tmp_path):
     assert cli.main(["--state", str(tmp_path), "status"]) == 0
     assert capsys.readouterr().out == "no lab machines\n"
