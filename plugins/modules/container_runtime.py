@@ -32,6 +32,10 @@ description:
     same way, else the file is refused, naming the drop-in alternative.
   - Atomic writes, a backup of each replaced file, diff and check mode. Does not restart the runtime; it
     returns RV(restart_required) and RV(rollback) for the handler that does.
+  - A change the runtime has not read yet is remembered on the node (O(restart_marker), under C(/run), so a reboot
+    forgets it with the runtime's old state). When a run ends before its restart (killed, or failed in a later
+    task), the next run reports the restart as still required (RV(restart_pending)), unless the runtime was
+    restarted since.
 requirements:
   - tomlkit (python3-tomlkit) on the managed node
 author:
@@ -124,6 +128,16 @@ options:
         reading or writing any config file and without tomlkit; a role runs it before it changes anything.
     type: bool
     default: false
+  restart_marker:
+    description:
+      - The file that records a config change the runtime has not been restarted for yet, written before the
+        config files (so a run killed in between still leaves it) and removed by the caller once the runtime is
+        back. When it is there and the runtime's unit last started before it was last written (its mtime), the
+        module reports a change, RV(restart_required) and RV(restart_pending); when the unit started after it, the
+        file is stale and removed.
+      - By default C(/run/gpuops/<runtime>.restart-pending). An empty string turns it off (for a caller that does
+        not restart the runtime). Never written in an image build.
+    type: path
   image_build:
     description: C(auto) detects an image build (chroot, no running systemd), returned as RV(image_build) so the
       caller does not restart the runtime there; C(true)/C(false) force it.
@@ -210,9 +224,19 @@ image_build:
   returned: always
   type: bool
 restart_required:
-  description: A runtime config file changed; the runtime must restart to read it.
+  description: A runtime config file changed, now or in an earlier run that ended before its restart; the runtime
+    must restart to read it.
   returned: always
   type: bool
+restart_pending:
+  description: An earlier run changed the runtime's config and ended before the runtime restarted (O(restart_marker)).
+  returned: always
+  type: bool
+restart_marker:
+  description: The marker file in use (empty when off); the caller removes it after the restart.
+  returned: always
+  type: str
+  sample: /run/gpuops/containerd.restart-pending
 rollback:
   description:
     - For each runtime config file written - its path, its backup (empty when there is none) and whether it existed
@@ -223,8 +247,11 @@ rollback:
   sample: [{path: /etc/containerd/config.toml, backup: /etc/containerd/config.toml.1234.2026-11-21@10:00:00~, existed: true}]
 """
 
+import contextlib
 import glob
+import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
@@ -239,6 +266,47 @@ DEFAULTS = {
 
 
 UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+UNITS = {"containerd": "containerd.service", "crio": "crio.service"}
+MARKER_DIR = "/run/gpuops"
+
+
+def unit_started_usec(module: AnsibleModule, unit: str) -> int | None:
+    """When the unit last became active, in CLOCK_MONOTONIC microseconds (systemd's own clock); None if unknown."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return None
+    rc, out, _err = module.run_command([systemctl, "show", "--property=ActiveEnterTimestampMonotonic", "--value", unit],
+                                       environ_update={"LC_ALL": "C"})
+    try:
+        return int(out.strip()) if rc == 0 else None
+    except ValueError:
+        return None
+
+
+def pending_restart(module: AnsibleModule, marker: str, unit: str) -> bool:
+    """Whether the marker says a config change still waits for the runtime's restart. A marker last written
+    before the unit's last start is stale: removed (outside check mode) and not pending."""
+    try:
+        written = os.stat(marker).st_mtime
+    except FileNotFoundError:
+        return False
+    started = unit_started_usec(module, unit)
+    # systemd's monotonic start time, as wall-clock time (the marker's mtime) by way of the clocks' offset now.
+    if started and time.time() - (time.monotonic() - started / 1_000_000) > written:
+        if not module.check_mode:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
+        return False
+    return True
+
+
+def mark_restart_pending(marker: str, files: list[str]) -> None:
+    """Record, atomically, that these runtime files change before the runtime has read them."""
+    os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"files": sorted(files)}, f)
+    os.replace(tmp, marker)
 
 
 def detect_runtime(wanted: str, found: list[str]) -> str:
@@ -322,6 +390,7 @@ def main() -> None:
             "backup": {"type": "bool", "default": True},
             "backup_dir": {"type": "path"},
             "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "restart_marker": {"type": "path"},
             "variables": {"type": "dict", "default": {}},
             "validate_only": {"type": "bool", "default": False},
         },
@@ -362,7 +431,8 @@ def main() -> None:
     if p["validate_only"]:
         for warning in warnings:
             module.warn(warning)
-        module.exit_json(changed=False, files=[], restart_required=False, rollback=[], cdi_enabled=False,
+        module.exit_json(changed=False, files=[], restart_required=False, restart_pending=False, restart_marker="",
+                         rollback=[], cdi_enabled=False,
                          cdi_supported=runtime == "crio" or version >= cr.CDI_MIN, **result)
     if not cr.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
@@ -399,7 +469,14 @@ def main() -> None:
     all_files = {**runtime_files, **toolkit["files"]}
     tracker = ChangeTracker(module._diff, always_list=True)
     written: list[FileResult] = []
+    marker = "" if result["image_build"] else (
+        p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending"))
+    pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
+    path = marker
     try:
+        if marker and not module.check_mode and any(read_text(path, errors="replace") != text for path, text in runtime_files.items()):
+            # Before the files: a run killed between the two still leaves the restart to the next run.
+            mark_restart_pending(marker, list(runtime_files))
         for path, text in all_files.items():
             written.append(write_text(
                 module, path, text, mode_from=config if runtime == "containerd" else None, backup=p["backup"],
@@ -409,7 +486,8 @@ def main() -> None:
         module.fail_json(msg=f"writing {path} failed: {exc}", files=sorted(all_files),
                          rollback=[r.rollback() for r in written if r.path in runtime_files], **result)
     result.update(
-        changed=tracker.changed, files=sorted(all_files), restart_required=bool(runtime_files),
+        changed=tracker.changed or pending, files=sorted(all_files), restart_required=bool(runtime_files) or pending,
+        restart_pending=pending, restart_marker=marker,
         rollback=[r.rollback() for r in written if r.path in runtime_files],
         cdi_enabled=plan["cdi_enabled"], cdi_supported=plan["cdi_supported"])
     tracker.update(result)

@@ -19,10 +19,15 @@ def node(tmp_path, monkeypatch):
     etc = tmp_path / "etc"
     (etc / "containerd").mkdir(parents=True)
     calls = []
-    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n", "installed": {"containerd"}}
+    version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n", "installed": {"containerd", "systemctl"},
+               # The runtime's unit last started after any marker (as the role's handler restarts it); tests of the
+               # marker set it back to 0 (never restarted since).
+               "unit_started_usec": str(10**15)}
 
     def run_command(self, argv, **kw):
         calls.append(argv[1:])
+        if argv[0].endswith("systemctl"):
+            return 0, version["unit_started_usec"] + "\n", ""
         if argv[1:] == ["--version"]:
             return 0, version["out"], ""
         if argv[1:] == ["config", "default"]:
@@ -38,6 +43,7 @@ def node(tmp_path, monkeypatch):
     def run(check=False, **args):
         params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
                   "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
+                  "restart_marker": str(tmp_path / "run/gpuops/containerd.restart-pending"),
                   "_ansible_check_mode": check, "_ansible_diff": True, **args}
         return call(container_runtime.main, params)
 
@@ -229,3 +235,46 @@ def test_validate_only_reads_and_writes_no_config(node, monkeypatch):
     res = run(validate_only=True, toolkit_mode="cdi")
     assert not res["failed"] and not res["changed"] and res["runtime"] == "containerd" and res["runtime_version"] == "2.2.1"
     assert files(etc) == {"containerd/config.toml": "this is not TOML ["}
+
+
+def test_a_change_the_runtime_has_not_read_is_remembered_until_it_restarts(node, tmp_path):
+    etc, run, _calls, version = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    marker = tmp_path / "run/gpuops/containerd.restart-pending"
+    version["unit_started_usec"] = "0"
+    # Check mode writes no marker.
+    assert run(check=True)["changed"] and not marker.exists()
+    first = run()
+    assert first["changed"] and first["restart_required"] and not first["restart_pending"]
+    assert first["restart_marker"] == str(marker) and marker.exists()
+    # The run ended before its restart (killed, or a later task failed): the next run, with nothing to write,
+    # still asks for the restart - in check mode too, which leaves the marker.
+    for check in (True, False):
+        again = run(check=check)
+        assert again["changed"] and again["restart_required"] and again["restart_pending"] and again["rollback"] == []
+        assert marker.exists()
+    # The unit started after the marker was written (the handler, or someone else, restarted it): stale, removed.
+    version["unit_started_usec"] = str(10**15)
+    settled = run()
+    assert not settled["changed"] and not settled["restart_required"] and not settled["restart_pending"]
+    assert not marker.exists()
+
+
+def test_a_marker_the_unit_started_after_in_check_mode_is_left(node, tmp_path):
+    etc, run, _calls, version = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    version["unit_started_usec"] = "0"
+    run()
+    version["unit_started_usec"] = str(10**15)
+    res = run(check=True)
+    assert not res["changed"] and not res["restart_pending"]
+    assert (tmp_path / "run/gpuops/containerd.restart-pending").exists()
+
+
+@pytest.mark.parametrize("args", [{"restart_marker": ""}, {"image_build": "true"}], ids=["off", "image-build"])
+def test_no_marker_when_off_or_in_an_image_build(node, tmp_path, args):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    res = run(**args)
+    assert res["changed"] and res["restart_marker"] == "" and not res["restart_pending"]
+    assert not (tmp_path / "run").exists()
