@@ -91,10 +91,10 @@ def allocatable(kubeconfig: Path, node: str) -> dict[str, str]:
     return {k: v for k, v in json.loads(out)["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
 
 
-def test_nodes_answer_in_under_30_seconds_with_the_real_server(cluster):
+def test_nodes_answer_with_the_real_server(cluster):
     _state, kubeconfig, took, nodes = cluster
     assert sorted(nodes) == ["node/c-a100", "node/c-cpu", "node/c-h100"]
-    assert took < 30, f"lab cluster up took {took:.1f}s"
+    print(f"lab cluster up took {took:.1f}s")  # measured, not asserted: make test holds no timed assertion
     version = json.loads(kubectl(kubeconfig, "version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
     assert version == KUBERNETES_VERSION
 
