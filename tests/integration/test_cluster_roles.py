@@ -217,35 +217,7 @@ def test_bad_input_fails_before_anything_is_applied(lab_cluster, case):
     assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
 
 
-def test_a_run_killed_while_it_applies_leaves_part_of_the_objects(lab_cluster):
-    """ansible-playbook killed (SIGKILL, its whole process group) once the device plugin's apply has started. The
-    cluster holds part of the objects; the converge test that follows is the next run (it must converge and validate)
-    and its second run must change nothing: the shared cluster keeps this suite to one cluster."""
-    kubeconfig, inventory = lab_cluster
-    cmd, env = playbook_command(inventory)
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    applies, seen = 0, []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            seen.append(line)
-            if "TASK [gpuops.nvidia.cluster_common : Apply them]" in line:
-                applies += 1
-                if applies == 2:  # the cluster prerequisites are in; the device plugin's apply is under way
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    break
-    finally:
-        if proc.poll() is None and applies < 2:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert applies == 2 and proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
-    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode == 0
-    assert kubectl(kubeconfig, "get", "daemonset", "-n", NS, "nvidia-dcgm-exporter", check=False).returncode != 0
-
-
 def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
-    # After the killed run above (when the whole module runs): this run finishes what it left.
     kubeconfig, inventory = lab_cluster
     res = playbook(inventory)
     assert res.returncode == 0, res.stdout[-4000:]
@@ -405,6 +377,40 @@ def test_gfds_labels_follow_the_nodes_sharing_config(lab_cluster):
     assert "r-h100: nvidia.com/gpu=32, smoke test succeeded, GFD labels right" in out, out[-3000:]
     assert "r-l40s: nvidia.com/gpu=16, smoke test succeeded" in out, out[-3000:]
     assert get(kubeconfig, "node", "r-h100")["metadata"]["labels"]["nvidia.com/gpu.replicas"] == "4"
+
+
+def test_a_run_killed_in_the_middle_of_its_apply_is_finished_by_the_next(lab_cluster):
+    """A run that changes GFD's DaemonSet, killed (SIGKILL, its whole process group) as cluster.yml's one apply
+    starts: the node labels are in, the apply got as far as it got (the module's own process on the controller may
+    outlive the playbook). The next run, with the inventory's settings, converges and validates; the one after it
+    changes nothing."""
+    kubeconfig, inventory = lab_cluster
+    cmd, env = playbook_command(inventory, "-e", "gpuops_gpu_feature_discovery_sleep_interval=45s")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    seen: list[str] = []
+    killed = False
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "TASK [gpuops.nvidia.cluster_common : Apply them]" in line:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+    finally:
+        if proc.poll() is None and not killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert killed and proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
+    res = playbook(inventory)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "3 GPU node(s) valid" in " ".join(res.stdout.split()), res.stdout[-3000:]
+    env = get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {e["name"]: e.get("value") for e in env}["GFD_SLEEP_INTERVAL"] == "60s"
+    again = playbook(inventory)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert {h: r["changed"] for h, r in recap(again.stdout).items()} == dict.fromkeys(recap(again.stdout), 0), again.stdout[-3000:]
 
 
 def test_a_mig_config_set_on_the_node_is_kept_unless_the_inventory_names_one(lab_cluster):
