@@ -33,6 +33,7 @@ from pathlib import Path
 from .distros import DISTROS
 from .errors import LabError
 from .hardware import load_profile, profile_names
+from .hostlock import host_lock
 from .machines import Lab, process_alive, state_dir, wait_gone
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
@@ -208,19 +209,22 @@ class Cluster:
         state = ClusterState(kubeconfig=str(self.kubeconfig), workdir=str(self.workdir), kwokctl=str(tools.kwokctl),
                              started=time.time())
         self.save(state)
-        res = self._kwokctl(
-            tools.kwokctl, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary", "--config", str(config),
-            "--kubeconfig", str(self.kubeconfig),
-            "--kube-apiserver-binary", str(tools.kube_apiserver),
-            "--kube-controller-manager-binary", str(tools.kube_controller_manager),
-            "--kube-scheduler-binary", str(tools.kube_scheduler),
-            "--kwok-controller-binary", str(tools.kwok),
-            "--etcd-binary", str(tools.etcd),
-            # The components' client QPS limits (kwok's above all) make a thousand nodes take minutes.
-            "--disable-qps-limits",
-            "--wait", f"{int(wait)}s",
-            timeout=wait + 120,
-        )
+        # One create at a time on this host: kwokctl picks its components' ports by trying them, and two creates
+        # at once (lab-test beside a molecule scenario) pick the same ones. Once running, the components hold theirs.
+        with host_lock("kwokctl-create"):
+            res = self._kwokctl(
+                tools.kwokctl, "create", "cluster", "--name", CLUSTER_NAME, "--runtime", "binary", "--config", str(config),
+                "--kubeconfig", str(self.kubeconfig),
+                "--kube-apiserver-binary", str(tools.kube_apiserver),
+                "--kube-controller-manager-binary", str(tools.kube_controller_manager),
+                "--kube-scheduler-binary", str(tools.kube_scheduler),
+                "--kwok-controller-binary", str(tools.kwok),
+                "--etcd-binary", str(tools.etcd),
+                # The components' client QPS limits (kwok's above all) make a thousand nodes take minutes.
+                "--disable-qps-limits",
+                "--wait", f"{int(wait)}s",
+                timeout=wait + 120,
+            )
         state.pids = self._component_pids(CLUSTER_NAME)
         self.save(state)
         if res.returncode != 0:
