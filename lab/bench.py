@@ -71,6 +71,9 @@ class Bench:
     rows: list[Row] = field(default_factory=list)
     part: str = ""
     started: str = ""
+    # Beside the table (docs/bench.json), in the repository: a part measured on another machine or in another
+    # checkout keeps its figures there, where the state directory would lose them.
+    results: Path | None = None
 
     # -- running things ----------------------------------------------------------------------
     def lab(self, *args: str, state: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -102,9 +105,9 @@ class Bench:
         return took, recap, res.stdout
 
     def add(self, what: str, seconds: float | None, note: str = "") -> None:
-        """Record a figure, and keep it at once in the state's results (a later step that fails does not lose it)."""
+        """Record a figure, and keep it at once with the results (a later step that fails does not lose it)."""
         self.rows.append(Row(what, seconds, note, self.part, self.started))
-        save_results(self.state / "results.json", self.rows)
+        save_results(self.results or self.state / "results.json", self.rows)
         print(f"bench: {what}: {_seconds(seconds)}{'' if seconds is None else 's'} {note}".rstrip(), flush=True)
 
 
@@ -267,7 +270,7 @@ def write_table(bench: Bench, out: Path, started: float) -> str:
         f"Python {platform.python_version()}. This run took {(time.monotonic() - started) / 60:.0f} minutes. "
         "Each figure is one run, the machines and the cluster being the lab's (systemd-nspawn machines over SSH on "
         "loopback, a KWOK cluster); see lab/bench.py for what each step does. A part this run did not measure "
-        "(`--only`, or a run that stopped) keeps the figures of the run named in the last column.",
+        "(`--only`, or a run that stopped) keeps the figures of the run named in the last column (kept in docs/bench.json).",
         "",
         "| what | seconds | notes | measured (UTC) |",
         "|---|---:|---|---|",
@@ -294,9 +297,10 @@ def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None
     parts = args.only or ["gpu_info", "machines", "scale"]
     state = Path(args.state)
     state.mkdir(parents=True, exist_ok=True)
+    results = Path(args.out).with_suffix(".json")
     bench = Bench(state, args.base_port, args.repo_port, args.nodes, state / "bench.log",
-                  started=time.strftime("%Y-%m-%d %H:%M", time.gmtime()))
-    bench.rows = load_results(state / "results.json", parts)
+                  started=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), results=results)
+    bench.rows = load_results(results, parts)
     bench.log.write_text("")
     started = time.monotonic()
     print(f"bench: the log of every command is {bench.log}", flush=True)
