@@ -474,7 +474,8 @@ def main() -> None:
     pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
     path = marker
     try:
-        if marker and not module.check_mode and any(read_text(path, errors="replace") != text for path, text in runtime_files.items()):
+        # The plan lists only the runtime files whose content changes.
+        if marker and not module.check_mode and runtime_files:
             # Before the files: a run killed between the two still leaves the restart to the next run.
             mark_restart_pending(marker, list(runtime_files))
         for path, text in all_files.items():
