@@ -108,6 +108,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _after_separator(words: list[str]) -> list[str]:
+    """A REMAINDER argument's words without the leading "--", which argparse keeps."""
+    return words[1:] if words[:1] == ["--"] else words
+
+
 def cmd_ssh(args: argparse.Namespace) -> int:
     lab = _lab(args)
     machines = lab.load()
@@ -117,9 +122,8 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         raise LabError(f"no lab machine named {args.name!r} (machines: {known})")
     if not lab.is_ours(machine):
         raise LabError(f"lab machine {args.name} is not running (pid {machine.pid} is gone); run 'lab down' then 'lab up'")
-    # `lab ssh NAME -- CMD...`: argparse keeps the "--", which ssh would send as the command's first word.
-    remote = args.command[1:] if args.command[:1] == ["--"] else args.command
-    cmd = lab.ssh_command(machine, *remote)
+    # `lab ssh NAME -- CMD...`: without the "--", which ssh would send as the command's first word.
+    cmd = lab.ssh_command(machine, *_after_separator(args.command))
     if sys.stdin.isatty():
         cmd.insert(1, "-t")
     os.execvp(cmd[0], cmd)
@@ -207,14 +211,14 @@ def cmd_repo_build(_args: argparse.Namespace) -> int:
 
 
 def cmd_time_run(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = _after_separator(args.command)
     if not command:
         raise LabError("time run: no command given (lab time run --log FILE --name NAME -- CMD...)")
     return timing.run_timed(Path(args.log), args.name, command)
 
 
 def cmd_interrupt(args: argparse.Namespace) -> int:
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = _after_separator(args.command)
     if not command:
         raise LabError("interrupt: no command given (lab interrupt --until CHECK --log FILE -- CMD...)")
     result = interrupt.run_until(command, args.until, log=Path(args.log), timeout=args.timeout)
