@@ -90,7 +90,7 @@ options:
     type: dict
     default: {}
   root:
-    description: File system root whose C(lib/modules) holds the kernels.
+    description: File system root whose C(lib/modules) holds the kernels (and whose systemd directories hold nvidia-persistenced's unit).
     type: path
     default: /
 extends_documentation_fragment:
@@ -152,9 +152,12 @@ installed:
       held packages, packages of another branch) and the flavour of its module for the planned kernel (C(null) when
       not read); C(module_types) has the flavour for each planned kernel (C(kernel) and C(boot_kernel)), C(null) for
       one without the module.
+    - C(persistenced_user) is the user nvidia-persistenced's own unit runs it as (C(root) when the unit names none),
+      C(null) when the node has no such unit.
   returned: success
   type: dict
-  sample: {packages: [], modules: [], version: null, branch: null, held: [], not_held: [], stray: [], module_type: null, module_types: {}}
+  sample: {packages: [], modules: [], version: null, branch: null, held: [], not_held: [], stray: [], module_type: null, module_types: {},
+           persistenced_user: nvidia-persistenced}
 candidates:
   description: The candidate version of each planned package (C(null) where the package lists have none); empty when no package was planned.
   returned: success

@@ -94,6 +94,24 @@ def installed_kernels(root: str = "/") -> list[str]:
     return sorted(e for e in entries if os.path.isdir(os.path.join(base, e, "kernel")))
 
 
+# Where the distributions' packages put nvidia-persistenced's unit; an administrator's copy in /etc wins.
+PERSISTENCED_UNIT_DIRS = ("etc/systemd/system", "usr/lib/systemd/system", "lib/systemd/system")
+PERSISTENCED_USER = re.compile(r"^ExecStart=\S*nvidia-persistenced\b.*?--user[ =](\S+)", re.MULTILINE)
+
+
+def persistenced_user(root: str = "/") -> str | None:
+    """The user nvidia-persistenced's own unit runs it as (its --user; root without one), None without the unit.
+
+    The driver role's persistence-mode drop-in replaces the unit's ExecStart and keeps this user.
+    """
+    for directory in PERSISTENCED_UNIT_DIRS:
+        text = read_text(os.path.join(root, directory, "nvidia-persistenced.service"), errors="replace")
+        if text is not None:
+            found = PERSISTENCED_USER.search(text)
+            return found.group(1) if found else "root"
+    return None
+
+
 def module_type_of(license_text: str) -> str | None:
     """The flavour of an nvidia.ko from its license: the open modules are dual MIT/GPL."""
     text = license_text.strip()
@@ -284,6 +302,7 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
     method = driver.resolve_method(request.distribution, request.repository, request.method)
     everything = host.packages(family)
     installed = driver.installed_driver(everything, family)
+    installed["persistenced_user"] = persistenced_user(request.root)
     plan = DriverPlan(family=family, repository=request.repository, method=method, image_build=request.image_build,
                       marker=_read_marker(request.state_dir), modprobe_options=driver.modprobe_options(request.module_options),
                       installed=installed)

@@ -249,7 +249,8 @@ def test_every_result_has_the_same_shape(info_of, root):
     for out in results:
         assert sorted(out) == ["candidates", "installed", "marker", "plan"]
         assert tuple(out["plan"]) == driver_host.PLAN_KEYS
-        assert sorted(out["installed"]) == ["branch", "held", "module_type", "module_types", "modules", "not_held", "packages", "stray", "version"]
+        assert sorted(out["installed"]) == ["branch", "held", "module_type", "module_types", "modules", "not_held", "packages",
+                                            "persistenced_user", "stray", "version"]
     assert [bool(out["candidates"]) for out in results] == [False, False, True]
 
 
@@ -362,3 +363,18 @@ def test_the_module_is_read_for_each_planned_kernel(info_of, root):
     out = driver_host.make_plan(request(major_version="22", method="dkms"), running(info_of("v100"), GA), fake.host(), root(GA, HWE))
     assert out["installed"]["module_type"] == "proprietary"
     assert out["installed"]["module_types"] == {GA: "proprietary", HWE: None}
+
+
+# The ExecStart lines of nvidia-persistenced's unit as the lab's machines have them (systemctl cat).
+@pytest.mark.parametrize(("where", "unit", "user"), [
+    ("usr/lib/systemd/system", "[Service]\nExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose\n",
+     "nvidia-persistenced"),  # Ubuntu 24.04 and 22.04
+    ("lib/systemd/system", "[Service]\nType=forking\nExecStart=/usr/bin/nvidia-persistenced --user nvpd\n", "nvpd"),  # Debian 12
+    ("etc/systemd/system", "[Service]\nExecStart=/usr/bin/nvidia-persistenced --user=gpu --verbose\n", "gpu"),
+    ("usr/lib/systemd/system", "[Service]\nExecStart=/usr/bin/nvidia-persistenced --verbose\n", "root"),
+])
+def test_the_persistenced_user_is_read_from_its_unit(tmp_path, where, unit, user):
+    assert driver_host.persistenced_user(str(tmp_path)) is None
+    (tmp_path / where).mkdir(parents=True)
+    (tmp_path / where / "nvidia-persistenced.service").write_text(unit)
+    assert driver_host.persistenced_user(str(tmp_path)) == user
