@@ -46,6 +46,13 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  packages:
+    description:
+      - Also return the installed packages (C(dpkg-query), or C(rpm) on RPM systems) as RV(packages), so that a role can
+        leave out its package manager's round trip when what it installs is already there.
+    type: bool
+    default: false
+    version_added: 0.2.0
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
 extends_documentation_fragment:
@@ -290,6 +297,21 @@ nvml_library_installed:
   returned: always
   type: bool
   sample: true
+packages:
+  description:
+    - With O(packages), each installed package's version, by name (no architecture suffix); C({}) where neither dpkg
+      nor rpm answers.
+  returned: when O(packages) is true
+  type: dict
+  sample: {nvidia-container-toolkit: 1.18.2-1, python3-tomlkit: 0.12.4-1}
+package_lists_age:
+  description:
+    - Seconds since apt last refreshed its package lists, read the way C(ansible.builtin.apt)'s C(cache_valid_time)
+      reads it (the mtime of C(/var/lib/apt/periodic/update-success-stamp), else of C(/var/lib/apt/lists)); C(null) on a
+      node without apt. The node roles skip their refresh while it is under an hour, without a round trip of their own.
+  returned: always
+  type: int
+  sample: 1250
 ansible_facts:
   description: With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them.
   returned: when O(distribution_facts) is true
@@ -298,16 +320,20 @@ ansible_facts:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.pkg_mgr import PkgMgrFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 DISTRIBUTION_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release", "os_family",
                       "architecture", "kernel", "pkg_mgr")
 LD_CACHE = "/etc/ld.so.cache"
+# What ansible.builtin.apt's cache_valid_time compares with, in its order.
+APT_LISTS_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
 
 
 def nvml_library_installed(library: str | None) -> bool:
@@ -319,6 +345,29 @@ def nvml_library_installed(library: str | None) -> bool:
             return b"libnvidia-ml.so.1" in cache.read()
     except OSError:
         return False
+
+
+def package_lists_age(now: float | None = None) -> int | None:
+    """Seconds since apt's package lists were refreshed (as apt's cache_valid_time reads it); None without apt."""
+    for stamp in APT_LISTS_STAMPS:
+        try:
+            mtime = os.stat(stamp).st_mtime
+        except OSError:
+            continue
+        return max(0, int((time.time() if now is None else now) - mtime))
+    return None
+
+
+def installed_packages(module: AnsibleModule) -> dict[str, str]:
+    """Each installed package's version by name: dpkg's database, else rpm's; {} when neither answers."""
+    host = Host(module.run_command, module.get_bin_path)
+    family = "deb" if module.get_bin_path("dpkg-query") else ("rhel" if module.get_bin_path("rpm") else None)
+    if family is None:
+        return {}
+    try:
+        return {name: p["version"] for name, p in host.packages(family).items()}
+    except RuntimeError:
+        return {}
 
 
 def distribution_facts(module: AnsibleModule) -> dict:
@@ -336,6 +385,7 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
             "distribution_facts": {"type": "bool", "default": False},
+            "packages": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -345,7 +395,10 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     extra = {"ansible_facts": distribution_facts(module)} if p["distribution_facts"] else {}
-    module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]), **extra)
+    if p["packages"]:
+        extra["packages"] = installed_packages(module)
+    module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
+                     package_lists_age=package_lists_age(), **extra)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@ place of a setup round trip, and whether an NVML library is there for the bindin
 
 from __future__ import annotations
 
+import os
 import platform
 
 import pytest
+from ansible.module_utils import basic
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info
 
@@ -61,3 +63,36 @@ def test_the_linker_cache_says_whether_libnvidia_ml_is_there(tmp_path, monkeypat
     cache.write_bytes(cache.read_bytes() + b"libnvidia-ml.so.1\x00/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\x00")
     assert gpu_info.nvml_library_installed(None) is True
     assert gpu_info.nvml_library_installed(str(tmp_path / "missing.so")) is False
+
+
+def test_the_package_lists_age_is_read_as_apts_cache_valid_time_reads_it(tmp_path, monkeypatch):
+    stamp, lists = tmp_path / "update-success-stamp", tmp_path / "lists"
+    monkeypatch.setattr(gpu_info, "APT_LISTS_STAMPS", (str(stamp), str(lists)))
+    assert gpu_info.package_lists_age(now=10_000) is None  # no apt
+    lists.mkdir()
+    os.utime(lists, (5_000, 5_000))
+    assert gpu_info.package_lists_age(now=10_000) == 5_000
+    # apt's periodic stamp, where there is one, wins over the lists directory.
+    stamp.write_text("")
+    os.utime(stamp, (9_000, 9_000))
+    assert gpu_info.package_lists_age(now=10_000) == 1_000
+    # A clock set back never makes an age below zero.
+    assert gpu_info.package_lists_age(now=8_000) == 0
+
+
+def test_the_installed_packages_come_with_the_read_when_asked(hw, monkeypatch):
+    # dpkg-query's answer on the lab's Ubuntu 24.04 machine (a held package, one removed but configured, one multi-arch).
+    recorded = ("nvidia-container-toolkit\t1.18.2-1\tii \npython3-tomlkit\t0.12.4-1\thi \nnvidia-dkms-550\t550.54.15-0ubuntu1\trc \n"
+                "libc6:amd64\t2.39-0ubuntu8.4\tii \n")
+    calls = []
+
+    def run_command(self, argv, **kw):
+        calls.append(argv)
+        return 0, recorded, ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
+    res = call(gpu_info.main, {"root": str(hw), "packages": True})
+    assert res["packages"] == {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "libc6": "2.39-0ubuntu8.4"}
+    assert [c[0] for c in calls] == ["dpkg-query"]
+    assert "packages" not in call(gpu_info.main, {"root": str(hw)})
