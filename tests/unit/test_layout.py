@@ -57,3 +57,13 @@ def test_the_artifact_leaves_out_developer_parts(artifact, path):
                                   "meta/runtime.yml", "playbooks/site.yml", "inventories/example/hosts.yml"])
 def test_the_artifact_holds_what_users_run(artifact, path):
     assert path in artifact
+
+
+def test_the_filters_never_import_the_kubernetes_client():
+    """A task that uses any of the collection's filters loads every filter file, in a fresh worker process each time:
+    a filter file that imports the kubernetes client (0.2 s) through a module_util makes every such task that slower."""
+    filters = sorted(p.stem for p in (REPO / "plugins/filter").glob("*.py") if p.stem != "__init__")
+    code = ("import sys\n" + "".join(f"import ansible_collections.gpuops.nvidia.plugins.filter.{f}\n" for f in filters)
+            + "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] == 'kubernetes'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO / ".build/collections", check=True, capture_output=True, text=True)
+    assert filters and out.stdout.strip() == "[]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import selector_matches
 
 __all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "record", "requests_gpu", "select", "uncordon_patch",
            "unschedulable"]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import traceback
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import WORKERS, in_parallel, selector_matches
 
 try:
     from kubernetes import client as k8s_client
@@ -64,11 +66,6 @@ _CONFIG_ATTR = {
     "persist_config": "persist_config",
 }
 _FALSE = ("0", "false", "no")
-
-# Calls made in parallel (a thousand nodes' patches) each need a connection of their own.
-WORKERS = 16
-
-T = TypeVar("T")
 
 
 def auth_settings(params: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
@@ -143,6 +140,7 @@ def api_client(auth: dict[str, Any]) -> Any:
     if auth.get("proxy_headers"):
         import urllib3
         cfg.proxy_headers = urllib3.util.make_headers(**auth["proxy_headers"])
+    # Calls made in parallel (a thousand nodes' patches) each need a connection of their own.
     cfg.connection_pool_maxsize = WORKERS * 2
     client = k8s_client.ApiClient(cfg)
     if auth.get("impersonate_user"):
@@ -154,21 +152,6 @@ def api_client(auth: dict[str, Any]) -> Any:
                              "(the Python client sends a single Impersonate-Group header)")
         client.set_default_header("Impersonate-Group", auth["impersonate_groups"][0])
     return client
-
-
-def in_parallel(call: Callable[[T], object], items: Iterable[T]) -> dict[T, Exception]:
-    """call(item) for every item on WORKERS threads; returns {item: exception} for the calls that raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def run(item: T) -> tuple[T, Exception | None]:
-        try:
-            call(item)
-            return item, None
-        except Exception as exc:  # reported to the caller, item by item
-            return item, exc
-
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        return {item: exc for item, exc in pool.map(run, items) if exc is not None}
 
 
 def connect(module: Any) -> Any:
@@ -192,26 +175,3 @@ def api_error(exc: Exception) -> str:
         except ValueError:
             return str(body)
     return str(exc)
-
-
-def selector_matches(selector: Any, labels: Mapping[str, str] | None, absent: bool = True) -> bool:
-    """A LabelSelector (matchLabels, matchExpressions) against labels, as the API server matches it; an empty
-    selector matches everything. `absent`: what no selector at all means where it is used (True: everything,
-    as NFD's namespace selector; False: nothing, as a PodDisruptionBudget's)."""
-    if not isinstance(selector, dict):
-        return absent
-    labels = labels or {}
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != str(value):
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import selector_matches
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import selector_matches
 
 NVIDIA_NS = "nvidia.com"
 # Label names GFD sets on every GPU node, for the whitelist check (the part after nvidia.com/).

@@ -29,7 +29,7 @@ from typing import Any, Protocol, cast
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import gfd
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import in_parallel
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import in_parallel
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import replicated
 
 APP = "gpuops-validation"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from ansible.module_utils import basic
