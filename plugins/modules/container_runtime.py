@@ -128,6 +128,14 @@ options:
         reading or writing any config file and without tomlkit; a role runs it before it changes anything.
     type: bool
     default: false
+  packages:
+    description:
+      - Package names whose installed versions are returned in RV(packages) (dpkg's database, or rpm's), with
+        O(validate_only) too; the container_toolkit role leaves out its apt round trip when its packages are all there.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
   restart_marker:
     description:
       - The file that records a config change the runtime has not been restarted for yet, written before the
@@ -197,6 +205,11 @@ runtime_version:
   returned: always
   type: str
   sample: 2.2.1
+packages:
+  description: The installed version of each package of O(packages), C(null) for one not installed.
+  returned: always
+  type: dict
+  sample: {nvidia-container-toolkit: 1.18.2-1, python3-tomlkit: null}
 config_version:
   description: The containerd config version written (0 for CRI-O).
   returned: always
@@ -257,6 +270,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, installed_versions
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
 DEFAULTS = {
@@ -393,12 +407,14 @@ def main() -> None:
             "restart_marker": {"type": "path"},
             "variables": {"type": "dict", "default": {}},
             "validate_only": {"type": "bool", "default": False},
+            "packages": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
     names = p["variables"]
     result: dict = {"runtime": p["runtime"], "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
+                    "packages": installed_versions(Host(module.run_command, module.get_bin_path), module.get_bin_path, p["packages"]),
                     "image_build": is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true",
                     "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
     try:

@@ -46,13 +46,6 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
-  packages:
-    description:
-      - Also return the installed packages (C(dpkg-query), or C(rpm) on RPM systems) as RV(packages), so that a role can
-        leave out its package manager's round trip when what it installs is already there.
-    type: bool
-    default: false
-    version_added: 0.2.0
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
 extends_documentation_fragment:
@@ -297,13 +290,6 @@ nvml_library_installed:
   returned: always
   type: bool
   sample: true
-packages:
-  description:
-    - With O(packages), each installed package's version, by name (no architecture suffix); C({}) where neither dpkg
-      nor rpm answers.
-  returned: when O(packages) is true
-  type: dict
-  sample: {nvidia-container-toolkit: 1.18.2-1, python3-tomlkit: 0.12.4-1}
 package_lists_age:
   description:
     - Seconds since apt last refreshed its package lists, read the way C(ansible.builtin.apt)'s C(cache_valid_time)
@@ -326,7 +312,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.pkg_mgr import PkgMgrFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 DISTRIBUTION_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release", "os_family",
@@ -358,18 +343,6 @@ def package_lists_age(now: float | None = None) -> int | None:
     return None
 
 
-def installed_packages(module: AnsibleModule) -> dict[str, str]:
-    """Each installed package's version by name: dpkg's database, else rpm's; {} when neither answers."""
-    host = Host(module.run_command, module.get_bin_path)
-    family = "deb" if module.get_bin_path("dpkg-query") else ("rhel" if module.get_bin_path("rpm") else None)
-    if family is None:
-        return {}
-    try:
-        return {name: p["version"] for name, p in host.packages(family).items()}
-    except RuntimeError:
-        return {}
-
-
 def distribution_facts(module: AnsibleModule) -> dict:
     facts: dict = {}
     for collector in (DistributionFactCollector(), PlatformFactCollector()):
@@ -385,7 +358,6 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
             "distribution_facts": {"type": "bool", "default": False},
-            "packages": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -395,8 +367,6 @@ def main() -> None:
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     extra = {"ansible_facts": distribution_facts(module)} if p["distribution_facts"] else {}
-    if p["packages"]:
-        extra["packages"] = installed_packages(module)
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
                      package_lists_age=package_lists_age(), **extra)
 

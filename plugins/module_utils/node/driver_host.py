@@ -199,6 +199,19 @@ class Host:
         return None
 
 
+def installed_versions(host: Host, which: Callable[[str], str | None], names: list[str]) -> dict[str, str | None]:
+    """The installed version of each named package (dpkg's database, else rpm's), None where it is not installed.
+
+    Every name is None when neither package manager answers.
+    """
+    family = "deb" if which("dpkg-query") else ("rhel" if which("rpm") else None)
+    try:
+        installed = host.packages(family) if family and names else {}
+    except RuntimeError:
+        installed = {}
+    return {name: installed[name]["version"] if name in installed else None for name in names}
+
+
 @dataclass(frozen=True)
 class DriverRequest:
     """What the user asked for (the driver_info module's parameters) and what the host is (its gpu_info facts)."""

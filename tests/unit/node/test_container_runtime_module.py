@@ -22,7 +22,10 @@ def node(tmp_path, monkeypatch):
     version = {"out": "containerd github.com/containerd/containerd/v2 2.2.1 \n", "installed": {"containerd", "systemctl"},
                # The runtime's unit last started after any marker (as the role's handler restarts it); tests of the
                # marker set it back to 0 (never restarted since).
-               "unit_started_usec": str(10**15)}
+               "unit_started_usec": str(10**15),
+               # dpkg-query's answer on the lab's Ubuntu 24.04 machine (one package held, one removed but configured).
+               "dpkg": "nvidia-container-toolkit\t1.18.2-1\tii \npython3-tomlkit\t0.12.4-1\thi \n"
+                       "nvidia-container-toolkit-base\t1.17.0-1\trc \nlibc6:amd64\t2.39-0ubuntu8.4\tii \n"}
 
     def run_command(self, argv, **kw):
         calls.append(argv[1:])
@@ -32,6 +35,8 @@ def node(tmp_path, monkeypatch):
             return 0, version["out"], ""
         if argv[1:] == ["config", "default"]:
             return 0, (RECORDED / "containerd-2.2.1-default.toml").read_text(), ""
+        if argv[0].endswith("dpkg-query"):
+            return 0, version["dpkg"], ""
         return 1, "", f"unexpected {argv}"
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
@@ -235,6 +240,17 @@ def test_validate_only_reads_and_writes_no_config(node, monkeypatch):
     res = run(validate_only=True, toolkit_mode="cdi")
     assert not res["failed"] and not res["changed"] and res["runtime"] == "containerd" and res["runtime_version"] == "2.2.1"
     assert files(etc) == {"containerd/config.toml": "this is not TOML ["}
+
+
+def test_the_packages_asked_for_come_with_their_installed_versions(node):
+    _etc, run, calls, version = node
+    version["installed"].add("dpkg-query")
+    asked = ["nvidia-container-toolkit", "python3-tomlkit", "python3-yaml", "nvidia-container-toolkit-base"]
+    res = run(validate_only=True, packages=asked)
+    assert res["packages"] == {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": None,
+                               "nvidia-container-toolkit-base": None}
+    assert run(validate_only=True)["packages"] == {}
+    assert sum(1 for c in calls if c[:1] == ["-W"]) == 1
 
 
 def test_a_change_the_runtime_has_not_read_is_remembered_until_it_restarts(node, tmp_path):

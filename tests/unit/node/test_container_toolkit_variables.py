@@ -8,7 +8,10 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
 ROOT = Path(__file__).parents[3]
@@ -51,3 +54,25 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
             args = task["gpuops.nvidia.container_runtime"]
             if option in args:
                 assert variable in args[option], (option, args[option])
+
+
+@pytest.mark.parametrize(("version", "packages", "installed"), [
+    ("", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, True),
+    ("", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": None, "python3-yaml": "6.0.1-2"}, False),
+    # A pinned upstream version matches any package revision, as apt's 1.18.2-* does; a full one only itself.
+    ("1.18.2", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, True),
+    ("1.18.2", {"nvidia-container-toolkit": "1.18.20-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, False),
+    ("1.18.2-1", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, True),
+    ("1.18.1", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, False),
+    ("1.18.1", {"nvidia-container-toolkit": None, "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, False),
+    (None, None, False),  # the check did not run (skipped): unknown, so apt runs
+])
+def test_the_install_is_left_out_only_when_every_package_is_there_at_the_pinned_version(version, packages, installed):
+    loader = DataLoader()
+    variables = {**loader.load_from_file(str(ROLE / "defaults/main.yml"), trusted_as_template=True),
+                 **loader.load_from_file(str(ROLE / "vars/main.yml"), trusted_as_template=True),
+                 "gpuops_container_toolkit_version": version or ""}
+    if packages is not None:
+        variables["__gpuops_container_toolkit_check"] = {"packages": packages}
+    templar = Templar(loader=loader, variables=variables)
+    assert templar.template(trust_as_template("{{ __gpuops_container_toolkit_installed }}")) is installed
