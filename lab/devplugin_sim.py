@@ -66,6 +66,8 @@ class PluginPod:
     namespace: str = ""
     configmap: str | None = None  # the ConfigMap of named configs, when the pod runs with one
     default_config: str = ""
+    # (apiVersion, kind, name, uid) of the DaemonSet that runs the pod, then of the pod: GFD's NodeFeature owners.
+    owners: tuple = ()
 
 
 def uses_mps(config: dict | None) -> bool:
@@ -131,8 +133,12 @@ def plugin_pod(pod) -> PluginPod:
         for volume in getattr(pod.spec, "volumes", None) or []:
             if volume.name == "available-configs" and getattr(volume, "config_map", None):
                 configmap = volume.config_map.name
+    owners = tuple((o.api_version, o.kind, o.name, o.uid) for o in getattr(pod.metadata, "owner_references", None) or []
+                   if o.kind == "DaemonSet")[:1]
+    if owners:
+        owners += (("v1", "Pod", pod.metadata.name, pod.metadata.uid),)
     return PluginPod(_env(pod, "MIG_STRATEGY") or "none", pod.metadata.namespace or "", configmap,
-                     _env(pod, "DEFAULT_CONFIG") or "")
+                     _env(pod, "DEFAULT_CONFIG") or "", owners)
 
 
 class Simulator:
@@ -140,7 +146,7 @@ class Simulator:
         self.api = api
         self.custom = custom  # CustomObjectsApi, for GFD's NodeFeature objects
         self.gfd: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running GFD pods
-        self.features: dict[str, dict[str, str] | None] = {}  # node -> the labels last written for it
+        self.features: dict[str, tuple] = {}  # node -> (the labels, the owners) last written for it
         self.migmgr: dict[str, dict[str, tuple[str, str]]] = {}  # node -> {pod uid: (namespace, mig-parted ConfigMap)}
         self.mig_label: dict[str, str | None] = {}  # node -> its nvidia.com/mig.config
         self.mig_applied: dict[str, str] = {}  # node -> the config its GPUs are in
@@ -297,9 +303,9 @@ class Simulator:
             return
         pod = pods[0]
         labels = gfd_sim.gfd_labels(self._profile(node), pod.mig_strategy, self._config(node, pod))
-        if labels is None or self.features.get(node) == labels:
+        if labels is None or self.features.get(node) == (labels, pod.owners):
             return
-        body = gfd_sim.node_feature(node, pod.namespace, labels)
+        body = gfd_sim.node_feature(node, pod.namespace, labels, pod.owners)
         args = ("nfd.k8s-sigs.io", "v1alpha1", pod.namespace, "nodefeatures")
         try:
             current = self.custom.get_namespaced_custom_object(*args, body["metadata"]["name"])
@@ -309,7 +315,7 @@ class Simulator:
             if getattr(exc, "status", None) != 404:
                 raise
             self.custom.create_namespaced_custom_object(*args, body)
-        self.features[node] = labels
+        self.features[node] = (labels, pod.owners)
         print(f"{time.strftime('%H:%M:%S')} {node}: GFD labels {labels.get('nvidia.com/gpu.product')} "
               f"x{labels.get('nvidia.com/gpu.replicas')}", flush=True)
 

@@ -91,8 +91,12 @@ def gfd_labels(profile: dict | None, mig_strategy: str, config: dict | None) -> 
     return labels
 
 
-def node_feature(node: str, namespace: str, labels: dict[str, str]) -> dict:
-    """The NodeFeature object GFD writes for a node."""
-    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
-            "metadata": {"name": PREFIX + node, "namespace": namespace, "labels": {NODE_NAME_LABEL: node}},
+def node_feature(node: str, namespace: str, labels: dict[str, str], owners: tuple = ()) -> dict:
+    """The NodeFeature object GFD writes for a node. Owned, as GFD's own are, by its DaemonSet (the controller) and its
+    pod, so that the garbage collector removes it with the DaemonSet, and nfd-master the Node labels it gave."""
+    meta: dict = {"name": PREFIX + node, "namespace": namespace, "labels": {NODE_NAME_LABEL: node}}
+    if owners:
+        meta["ownerReferences"] = [{"apiVersion": a, "kind": k, "name": n, "uid": u, **({"controller": True} if i == 0 else {})}
+                                   for i, (a, k, n, u) in enumerate(owners)]
+    return {"apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature", "metadata": meta,
             "spec": {"features": {}, "labels": labels}}

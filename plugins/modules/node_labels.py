@@ -28,6 +28,12 @@ options:
     type: list
     elements: str
     default: []
+  field_manager:
+    description:
+      - The field manager of the patches, recorded in each Node's managedFields as the owner of the labels it set, so
+        M(gpuops.nvidia.cluster_uninstall) finds them (and only them) again.
+    type: str
+    default: gpuops-nvidia
   missing:
     description: What a Node that is not in the cluster is, C(fail) (before anything is patched) or C(warn).
     type: str
@@ -114,6 +120,7 @@ def main() -> None:
             "labels": {"type": "dict", "required": True},
             "keep_existing": {"type": "list", "elements": "str", "default": []},
             "missing": {"type": "str", "choices": ["fail", "warn"], "default": "fail"},
+            "field_manager": {"type": "str", "default": "gpuops-nvidia"},
             **AUTH_ARGS,
         },
         supports_check_mode=True,
@@ -145,7 +152,7 @@ def main() -> None:
             "after": dict(sorted(patches.items())),
         }
     if not module.check_mode:
-        failed = in_parallel(lambda node: core.patch_node(node, {"metadata": {"labels": patches[node]}}), sorted(patches))
+        failed = in_parallel(lambda node: core.patch_node(node, {"metadata": {"labels": patches[node]}}, field_manager=p["field_manager"]), sorted(patches))
         if failed:
             node = sorted(failed)[0]
             module.fail_json(msg=f"labelling {len(failed)} node(s) failed, {node} first: {api_error(failed[node])}", **result)

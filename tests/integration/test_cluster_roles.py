@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from lab.facts import A100_PROFILE_MIG_CONFIG, cluster_inventory
-from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab
+from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab, wait_for
 
 NODES = (("r-h100", "hgx-h100"), ("r-a100", "a100-pcie-mig"), ("r-l40s", "l40s"), ("r-cpu", "no-gpu"))
 TS4 = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
@@ -67,6 +67,13 @@ def nvidia_labels(kubeconfig: Path) -> dict[str, dict[str, str]]:
             for n in get(kubeconfig, "nodes")["items"]}
 
 
+def node_labels(kubeconfig: Path) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in get(kubeconfig, "nodes")["items"]}
+
+
+BEFORE: dict[str, dict] = {}
+
+
 def nfd_crds(state: Path) -> dict:
     """The lab's copy of NFD's CRD manifest (from the Go module), as the role reads it on an air-gapped site."""
     return {"gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}"}
@@ -77,6 +84,8 @@ def lab_cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("roles")
     lab(state, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in NODES])
     kubeconfig = state / "cluster/kubeconfig"
+    # The Nodes as the cluster made them, before any run: what an uninstall must leave (the last test).
+    BEFORE["labels"] = node_labels(kubeconfig)
     inventory = state / "inventory.json"
     inventory.write_text(json.dumps(cluster_inventory(
         list(NODES),
@@ -671,6 +680,50 @@ def test_an_nfd_that_would_drop_gfds_labels_is_refused_before_anything_is_applie
         assert get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["metadata"]["resourceVersion"] == before
     finally:
         kubectl(kubeconfig, "delete", "deployment", "-n", "kube-system", "nfd-master")
+
+
+def ours_in_cluster(kubeconfig: Path) -> list[str]:
+    """Every object of every type that carries the collection's mark or its field manager (kubectl's own reading)."""
+    types = kubectl(kubeconfig, "api-resources", "--verbs=list", "-o", "name").stdout.split()
+    found = []
+    listed = get(kubeconfig, ",".join(t for t in types if t not in ("events", "events.events.k8s.io")), "-A", "--show-managed-fields")
+    for obj in listed["items"]:
+        meta = obj["metadata"]
+        managers = {(m.get("manager"), m.get("operation")) for m in meta.get("managedFields") or []}
+        if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpuops.nvidia" or ("gpuops-nvidia", "Apply") in managers:
+            found.append(f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}")
+    return sorted(found)
+
+
+def test_uninstall_removes_every_object_and_label_of_ours_and_a_second_run_changes_nothing(lab_cluster):
+    """playbooks/uninstall.yml on the converged cluster: check mode changes nothing; the run removes every object the
+    collection applied and the namespace; the Nodes carry the labels they had before the first run (GFD's, published by
+    nfd-master, go with GFD's NodeFeature objects, which the garbage collector removes with GFD's DaemonSet); the
+    next run changes nothing."""
+    kubeconfig, inventory = lab_cluster
+    ours = ours_in_cluster(kubeconfig)
+    assert any(o.startswith("DaemonSet gpu-operator/") for o in ours) and "Namespace /gpu-operator" in ours, ours
+    assert node_labels(kubeconfig) != BEFORE["labels"]
+
+    check = playbook(inventory, "--check", "--diff", play="uninstall.yml")
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert "DaemonSet gpu-operator/nvidia-device-plugin-daemonset" in check.stdout, check.stdout[-3000:]
+    assert ours_in_cluster(kubeconfig) == ours
+
+    res = playbook(inventory, play="uninstall.yml")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert ours_in_cluster(kubeconfig) == []
+    try:
+        wait_for("the Nodes' labels as they were before the first run", lambda: node_labels(kubeconfig) == BEFORE["labels"], timeout=90)
+    except BaseException:
+        now = node_labels(kubeconfig)
+        diff = {n: {k: (BEFORE["labels"].get(n, {}).get(k), now.get(n, {}).get(k))
+                    for k in set(BEFORE["labels"].get(n, {})) ^ set(now.get(n, {})) | {k for k in now.get(n, {}) if now[n][k] != BEFORE["labels"].get(n, {}).get(k)}}
+                for n in set(now) | set(BEFORE["labels"])}
+        raise AssertionError(f"labels (before, now) that differ: {diff}") from None
+    again = playbook(inventory, play="uninstall.yml")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
 
 
 MPS2 = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}

@@ -193,7 +193,9 @@ def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict
     labels = {"app": APP, RUN_LABEL: run}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name(node), "namespace": settings.namespace, "labels": labels},
+        # The Job carries the collection's mark, so that an uninstall finds one an interrupted run left behind.
+        "metadata": {"name": job_name(node), "namespace": settings.namespace,
+                     "labels": {**labels, "app.kubernetes.io/managed-by": "gpuops.nvidia"}},
         "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": max(settings.timeout, 1),
                  "template": {"metadata": {"labels": labels}, "spec": pod}},
     }

@@ -73,3 +73,28 @@ def test_a_running_gfd_pod_writes_the_nodefeature_and_a_config_change_rewrites_i
     feature = custom.objects[("gpu", "nvidia-features-for-n1")]
     assert feature["spec"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert feature["metadata"]["resourceVersion"] == "2"
+
+
+def test_the_nodefeature_is_owned_by_gfds_daemonset_and_pod_and_a_new_pod_rewrites_the_owners():
+    """As GFD writes it: the garbage collector removes it with the DaemonSet, and nfd-master the Node labels it gave."""
+    from tests.unit.lab.test_cluster import FakeCoreV1, _obj, _pod
+    api = FakeCoreV1({"n1": "hgx-h100"})
+    custom = FakeCustom()
+    sim = Simulator(api, custom)
+
+    def gfd_pod(uid, ds_uid):
+        pod = _pod(uid, "n1", strategy="mixed")
+        pod.metadata.labels = {"app": "gpu-feature-discovery"}
+        pod.metadata.name = f"gfd-{uid}"
+        pod.metadata.owner_references = [_obj(api_version="apps/v1", kind="DaemonSet", name="gpu-feature-discovery", uid=ds_uid)]
+        return pod
+
+    first = gfd_pod("p1", "ds1")
+    sim.observe(first)
+    owners = custom.objects[("gpu", "nvidia-features-for-n1")]["metadata"]["ownerReferences"]
+    assert owners == [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpu-feature-discovery", "uid": "ds1", "controller": True},
+                      {"apiVersion": "v1", "kind": "Pod", "name": "gfd-p1", "uid": "p1"}]
+    sim.observe(first, deleted=True)
+    sim.observe(gfd_pod("p2", "ds2"))  # the DaemonSet was made again: same labels, new owners
+    owners = custom.objects[("gpu", "nvidia-features-for-n1")]["metadata"]["ownerReferences"]
+    assert [o["uid"] for o in owners] == ["ds2", "p2"]
