@@ -270,8 +270,12 @@ def main() -> None:
 
     def release(index: int) -> None:
         entry = found["released"][index]
-        api.call("PATCH", uninstall.object_path(entry["type"], entry["meta"]), query=[("fieldManager", p["field_manager"])],
-                 body=uninstall.release_body(entry["type"], entry["meta"]), content_type="application/apply-patch+yaml")
+        try:
+            api.call("PATCH", uninstall.object_path(entry["type"], entry["meta"]), query=[("fieldManager", p["field_manager"])],
+                     body=uninstall.release_body(entry["type"], entry["meta"]), content_type="application/apply-patch+yaml")
+        except Exception as exc:  # gone with its namespace: nothing left to let go of
+            if _status(exc) != 404:
+                raise
 
     errors = in_parallel(release, range(len(found["released"])))
     if errors:

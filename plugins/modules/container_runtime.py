@@ -136,6 +136,29 @@ options:
     elements: str
     default: []
     version_added: 0.2.0
+  state:
+    description:
+      - C(present) adds the runtime; C(absent) takes out what this module added, for an uninstall.
+      - "C(absent), containerd: our drop-in is removed; the main config, when it still holds exactly what this module
+        last wrote there, is put back whole (removed when this module created it, else restored from the backup made
+        at the first change, when that backup is still the original); when somebody changed it since, each key this
+        module set goes back to the value it had before, where it still holds ours, and our entry leaves C(imports) -
+        what somebody else changed is left and named in a warning. Without a record (O(record); a change made by an
+        older version), only the nvidia runtime table goes, and only when it is not the default runtime."
+      - "C(absent), CRI-O: our drop-in is removed."
+      - The toolkit's own config is left to its package. The runtime is not restarted; RV(restart_required) and
+        RV(rollback) say what the caller's restart needs, as for C(present).
+    type: str
+    choices: [present, absent]
+    default: present
+    version_added: 0.2.0
+  record:
+    description:
+      - The file where C(present) records what it changed in containerd's main config (the original's digest and
+        backup, each key's first value) and C(absent) reads it back; removed by C(absent). An empty string keeps no record.
+    type: path
+    default: /etc/gpuops-nvidia/container-runtime.json
+    version_added: 0.2.0
   restart_marker:
     description:
       - The file that records a config change the runtime has not been restarted for yet, written before the
@@ -268,7 +291,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, write_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, installed_versions
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
@@ -385,6 +408,92 @@ def containerd_imports(main_path: str, main_text: str | None, version: tuple[int
     return out
 
 
+def read_record(path: str) -> dict:
+    """The record of the changes made to containerd's main config ({} when there is none)."""
+    text = read_text(path)
+    data = json.loads(text) if text else {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return data
+
+
+def keep_record(module: AnsibleModule, path: str, record: dict) -> None:
+    if record:
+        write_text(module, path, json.dumps(record, indent=1, sort_keys=True) + "\n", mode=0o644)
+    elif os.path.exists(path) and not module.check_mode:
+        os.unlink(path)
+
+
+def remove(module: AnsibleModule, runtime: str, config: str, drop_in: str, result: dict) -> None:
+    """state=absent: takes out what this module added (see the option), then exits the module."""
+    p = module.params
+    try:
+        record = read_record(p["record"]) if p["record"] else {}
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"record: {p['record']} cannot be read ({exc})", **result)
+    try:
+        if runtime == "containerd":
+            entry = record.get(config)
+            backup = str((entry or {}).get("backup") or "")
+            plan = cr.plan_containerd_removal(
+                main_path=config, main_text=read_text(config), drop_in_path=drop_in,
+                drop_in_text=read_text(drop_in) if drop_in else None, entry=entry,
+                backup_text=read_text(backup) if backup else None, name=p["runtime_name"], runtime_path=p["runtime_path"])
+        else:
+            text = read_text(drop_in)
+            ours = text is not None and cr.OURS in text.split("\n", 1)[0]
+            plan = {"files": {drop_in: None} if ours else {}, "restored_from": "",
+                    "warnings": [f"{drop_in} was not written by this module: left as it is"] if text is not None and not ours else []}
+    except cr.ConfigError as exc:
+        module.fail_json(msg=exc.named(p["variables"]), **result)
+    except (NotTextError, OSError) as exc:
+        module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)
+    for warning in plan["warnings"]:
+        module.warn(warning)
+    marker = "" if result["image_build"] else (
+        p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending"))
+    pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
+    tracker = ChangeTracker(module._diff, always_list=True)
+    done: list[FileResult] = []
+    path = marker
+    try:
+        if marker and not module.check_mode and plan["files"]:
+            mark_restart_pending(marker, list(plan["files"]))
+        for path, text in plan["files"].items():
+            backup_dir = cr.backup_dir_for(path, runtime=runtime, drop_in=drop_in, backup_dir=p["backup_dir"])
+            if text is None:
+                done.append(remove_file(module, path, backup=p["backup"], backup_dir=backup_dir))
+            else:
+                done.append(write_text(module, path, text, backup=p["backup"], backup_dir=backup_dir))
+            tracker.add_file(done[-1])
+        if not module.check_mode:
+            # The backups the installs made (the first change's is the file itself again), but for this run's own, which
+            # the caller's rollback needs; CRI-O's backup directory with them when they leave it empty.
+            this_run = {r.backup for r in done}
+            for backup in sorted({*record.pop("backups", []), plan["restored_from"]} - this_run - {""}):
+                if os.path.isfile(backup):
+                    os.unlink(backup)
+                    result.setdefault("removed_backups", []).append(backup)
+            # The directories the installs made, when nothing is left in them (deepest first).
+            for directory in sorted(record.pop("directories", []), key=len, reverse=True):
+                if os.path.isdir(directory) and not os.listdir(directory):
+                    os.rmdir(directory)
+                    result.setdefault("removed_directories", []).append(directory)
+            record.pop(config, None)
+            if p["record"]:
+                keep_record(module, p["record"], record)
+    except OSError as exc:
+        module.fail_json(msg=f"writing {path} failed: {exc}", files=sorted(plan["files"]),
+                         rollback=[r.rollback() for r in done], **result)
+    result.update(changed=tracker.changed or pending or bool(result.get("removed_backups") or result.get("removed_directories")),
+                  files=sorted(plan["files"]),
+                  restart_required=bool(plan["files"]) or pending,
+                  restart_pending=pending, restart_marker=marker, rollback=[r.rollback() for r in done], cdi_enabled=False,
+                  cdi_supported=False, restored_from=plan["restored_from"])
+    tracker.update(result)
+    module.exit_json(**result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -408,6 +517,8 @@ def main() -> None:
             "variables": {"type": "dict", "default": {}},
             "validate_only": {"type": "bool", "default": False},
             "packages": {"type": "list", "elements": "str", "default": []},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "record": {"type": "path", "default": "/etc/gpuops-nvidia/container-runtime.json"},
         },
         supports_check_mode=True,
     )
@@ -452,6 +563,8 @@ def main() -> None:
                          cdi_supported=runtime == "crio" or version >= cr.CDI_MIN, **result)
     if not cr.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
+    if p["state"] == "absent":
+        remove(module, runtime, config, drop_in, result)
     try:
         if runtime == "containerd":
             binary = module.get_bin_path("containerd")
@@ -489,6 +602,15 @@ def main() -> None:
         p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending"))
     pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
     path = marker
+    # Directories the writes may make (a drop-in directory containerd does not ship, CRI-O's backup directory), with
+    # their missing parents: the ones that exist afterwards are recorded for the uninstall.
+    missing_dirs: set[str] = set()
+    for target in all_files:
+        for directory in (os.path.dirname(target),
+                          cr.backup_dir_for(target, runtime=runtime, drop_in=drop_in, backup_dir=p["backup_dir"]) or ""):
+            while directory and directory != "/" and not os.path.isdir(directory):
+                missing_dirs.add(directory)
+                directory = os.path.dirname(directory)
     try:
         # The plan lists only the runtime files whose content changes.
         if marker and not module.check_mode and runtime_files:
@@ -502,6 +624,22 @@ def main() -> None:
     except OSError as exc:
         module.fail_json(msg=f"writing {path} failed: {exc}", files=sorted(all_files),
                          rollback=[r.rollback() for r in written if r.path in runtime_files], **result)
+    main_written = next((r for r in written if r.path == config and r.changed), None)
+    backups = [r.backup for r in written if r.backup]
+    made_dirs = sorted(d for d in missing_dirs if os.path.isdir(d))
+    if p["record"] and not module.check_mode and (backups or made_dirs or (runtime == "containerd" and main_written)):
+        try:
+            record = read_record(p["record"])
+            if runtime == "containerd" and main_written:
+                record = cr.recorded(record, main_path=config, before=main_written.before, after=main_written.after or "",
+                                     backup=main_written.backup, edits=plan["edits"])
+            # Every backup this module makes is its own file: the uninstall removes them.
+            record["backups"] = sorted(set(record.get("backups") or []) | set(backups))
+            record["directories"] = sorted(set(record.get("directories") or []) | set(made_dirs))
+            keep_record(module, p["record"], record)
+        except (OSError, ValueError) as exc:
+            module.warn(f"could not record the change to {config} in {p['record']} ({exc}): an uninstall will only take out "
+                        "the nvidia runtime table")
     result.update(
         changed=tracker.changed or pending, files=sorted(all_files), restart_required=bool(runtime_files) or pending,
         restart_pending=pending, restart_marker=marker,

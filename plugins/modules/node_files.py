@@ -32,7 +32,8 @@ options:
         required: true
       state:
         description:
-          - C(file) writes O(files[].content); C(directory) makes the directory (parents too); C(absent) removes a file.
+          - C(file) writes O(files[].content); C(directory) makes the directory (parents too); C(absent) removes a file,
+            or a directory left empty (by this call's own removals, in check mode too; anything else in it keeps it).
         type: str
         choices: [file, directory, absent]
         default: file

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -642,6 +643,8 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         changes.insert(0, ((*containerd_path, "runtimes", fallback), table))
 
     files: dict[str, str] = {}
+    # The main file's keys changed, with their value before (None: absent): what a removal puts back.
+    edits: list[tuple[tuple[str, ...], Any, Any]] = []
     if not drop_in_path and not main.before:
         # No config yet: the file is wholly ours.
         whole: dict = {"version": cfg}
@@ -654,6 +657,8 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                 main.remove(path)  # in place, containerd's own default needs no key
             else:
                 main.set(path, value)
+            edits.append((path, get_path(main.before, path), None if path[-1] == "default_runtime_name" and value == "runc"
+                          and as_default == "false" else value))
         files[main_path] = main.finish()
     else:
         drop: dict = {"version": cfg}
@@ -675,15 +680,117 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
             if not main.before:
                 main.prepend("version", cfg)
             main.prepend("imports", [*imports, pattern])
+            edits.append((("imports",), main.before.get("imports"), [*imports, pattern]))
         files[main_path] = main.finish()
     check_result(files, main_path=main_path, main_text=main_text, drop_in_path=drop_in_path, others=others,
                  version=version, base=base, name=name, changes=changes)
     files = {p: t for p, t in files.items() if t != (drop_in_text if p == drop_in_path else main_text)}
+    if main_path not in files:
+        edits = []
     return {"files": files, "config_version": cfg, "plugin": plugin, "cdi_enabled": enable_cdi,
-            "cdi_supported": cdi_supported, "warnings": warnings, "runtime": runtime}
+            "cdi_supported": cdi_supported, "warnings": warnings, "runtime": runtime, "edits": edits}
 
 
 OURS = "Written by gpuops.nvidia container_runtime"
+
+
+# ----------------------------------------------------------------------------------------------
+# Removal: the record of what was changed, and putting it back
+
+
+def digest(text: str | None) -> str | None:
+    """The SHA-256 of a file's text, None for a missing file."""
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def recorded(record: Mapping | None, *, main_path: str, before: str | None, after: str, backup: str,
+             edits: list[tuple[tuple[str, ...], Any, Any]]) -> dict:
+    """The record after a write of the main file: its first state (digest and backup) and each key's first value are
+    kept from the first change on; the digest of what was last written and the values set are updated."""
+    out = copy.deepcopy(dict(record or {}))
+    entry = out.get(main_path) or {"original": digest(before), "backup": backup, "keys": {}}
+    entry["written"] = digest(after)
+    for path, old, value in edits:
+        key = json.dumps(list(path))
+        if key in entry["keys"]:
+            entry["keys"][key]["ours"] = value
+        else:
+            entry["keys"][key] = {"before": old, "ours": value}
+    out[main_path] = entry
+    return out
+
+
+def _ours_now(current: Any, key: Mapping) -> bool:
+    """Whether a key still holds what was set (a table merged over what was there)."""
+    ours = key.get("ours")
+    if isinstance(ours, Mapping):
+        return isinstance(current, Mapping) and current == merged(key.get("before") or {}, ours)
+    return current == ours
+
+
+def plan_containerd_removal(*, main_path: str, main_text: str | None, drop_in_path: str, drop_in_text: str | None,
+                            entry: Mapping | None, backup_text: str | None, name: str = "nvidia",
+                            runtime_path: str = "/usr/bin/nvidia-container-runtime") -> dict:
+    """What puts containerd's config back as it was: files (path -> text, or None to remove), restored_from (the backup
+    put back whole, or ""), warnings.
+
+    The drop-in goes when it is ours. The main file: when it still holds exactly what was last written (the record's
+    digest), it is put back whole (removed when it did not exist, else its backup when that is the original); when
+    somebody changed it since, each key goes back to its first value where it still holds ours, and our entry leaves
+    `imports`; without a record (a change made before records were kept), only our runtime table goes, and only when it
+    is not the default runtime.
+    """
+    files: dict[str, str | None] = {}
+    warnings: list[str] = []
+    if drop_in_path and drop_in_text is not None:
+        if OURS in drop_in_text.split("\n", 1)[0]:
+            files[drop_in_path] = None
+        else:
+            warnings.append(f"{drop_in_path} was not written by this module: left as it is")
+    if main_text is None:
+        return {"files": files, "restored_from": "", "warnings": warnings}
+    if entry and digest(main_text) == entry.get("written"):
+        if entry.get("original") is None:
+            files[main_path] = None
+            return {"files": files, "restored_from": "", "warnings": warnings}
+        if backup_text is not None and digest(backup_text) == entry.get("original"):
+            files[main_path] = backup_text
+            return {"files": files, "restored_from": str(entry.get("backup") or ""), "warnings": warnings}
+    main = Editor(main_text, main_path)
+    if entry:
+        for key, value in (entry.get("keys") or {}).items():
+            path = tuple(json.loads(key))
+            current = get_path(main.before, path)
+            if current == value.get("before"):
+                continue
+            if _ours_now(current, value):
+                main.remove(path)
+                if value.get("before") is not None:
+                    main.set(path, value["before"])
+            elif path == ("imports",) and isinstance(current, list):
+                ours = [p for p in value.get("ours") or [] if p not in (value.get("before") or [])]
+                left = [p for p in current if p not in ours]
+                if left != current:
+                    main.set(path, left)
+            else:
+                warnings.append(f"{main_path}: {'.'.join(path)} was changed since this module set it: left as it is")
+    else:
+        for plugin in (CRI_V2, CRI_V3_RUNTIME):
+            runtimes = ("plugins", plugin, "containerd", "runtimes")
+            table = get_path(main.before, (*runtimes, name))
+            if not isinstance(table, Mapping) or get_path(table, ("options", "BinaryName")) != runtime_path:
+                continue
+            if get_path(main.before, ("plugins", plugin, "containerd", "default_runtime_name")) == name:
+                warnings.append(f"{main_path}: the {name} runtime is the default runtime; left as it is (no record of what "
+                                "the default was before)")
+                continue
+            main.remove((*runtimes, name))
+        if drop_in_path:
+            warnings.append(f"{main_path}: its imports are left as they are (no record of which entry this module added)")
+    text = main.finish()
+    if text != main_text:
+        files[main_path] = text
+    return {"files": files, "restored_from": "", "warnings": warnings}
 
 
 def effective(main: Mapping, imported: list[Mapping], version: tuple[int, int, int]) -> dict:

@@ -169,9 +169,20 @@ def _attributes(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker, *
     return changed
 
 
-def apply_file(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker) -> dict[str, Any]:
-    """One entry of `files`, done; its result (path, state, changed, backup)."""
+def apply_file(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker, gone: set[str] | None = None) -> dict[str, Any]:
+    """One entry of `files`, done; its result (path, state, changed, backup). `gone`: the paths earlier entries of this
+    call removed (or would, in check mode), so that a directory they leave empty is seen as empty."""
     result: dict[str, Any] = {"path": spec.path, "state": spec.state, "changed": False, "backup": ""}
+    gone = set() if gone is None else gone
+    if spec.state == "absent" and os.path.isdir(spec.path) and not os.path.islink(spec.path):
+        # A directory goes only when nothing but what this call removed is in it: anything else keeps it.
+        left = [name for name in os.listdir(spec.path) if os.path.join(spec.path, name) not in gone]
+        if not left:
+            result["changed"] = tracker.add(f"{spec.path}/", "(directory)\n", None)
+            gone.add(spec.path)
+            if not module.check_mode:
+                os.rmdir(spec.path)
+        return result
     if spec.state == "directory":
         if os.path.lexists(spec.path) and not os.path.isdir(spec.path):
             raise SpecError(f"{spec.path}: wanted a directory, found something else there")
@@ -188,6 +199,8 @@ def apply_file(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker) ->
     if spec.state == "absent":
         done = remove_file(module, spec.path, backup=spec.backup)
         result.update(changed=tracker.add_file(done), backup=done.backup)
+        if done.changed:
+            gone.add(spec.path)
         return result
     done = write_text(module, spec.path, spec.content or "", mode=spec.mode, backup=spec.backup)
     result.update(changed=tracker.add_file(done), backup=done.backup)
@@ -272,8 +285,9 @@ def apply(module: AnsibleModule, files: list[FileSpec], units: list[UnitSpec], t
           run: Runner, systemctl: str | None) -> Outcome:
     """Everything, in order; raises SpecError or CommandError (the files done before stay done)."""
     outcome = Outcome()
+    gone: set[str] = set()
     for spec in files:
-        result = apply_file(module, spec, tracker)
+        result = apply_file(module, spec, tracker, gone)
         outcome.files.append(result)
         if result["changed"]:
             outcome.changed_paths.add(spec.path)

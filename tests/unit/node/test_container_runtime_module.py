@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ def node(tmp_path, monkeypatch):
         params = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
                   "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
                   "restart_marker": str(tmp_path / "run/gpuops/containerd.restart-pending"),
+                  "record": str(etc / "gpuops-nvidia/container-runtime.json"),
                   "_ansible_check_mode": check, "_ansible_diff": True, **args}
         return call(container_runtime.main, params)
 
@@ -294,3 +296,79 @@ def test_no_marker_when_off_or_in_an_image_build(node, tmp_path, args):
     res = run(**args)
     assert res["changed"] and res["restart_marker"] == "" and not res["restart_pending"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("drop_in", ["in place", "drop-in"])
+def test_absent_puts_back_the_file_as_it_was_and_a_second_run_changes_nothing(node, drop_in, monkeypatch):
+    etc, run, _calls, _v = node
+    # Runs of one test share a process and a second: Ansible's backup names (pid and time) would collide.
+    made = []
+    real_backup = basic.AnsibleModule.backup_local
+
+    def backup_local(self, fn):
+        made.append(real_backup(self, fn))
+        os.rename(made[-1], f"{made[-1]}{len(made)}")
+        return f"{made[-1]}{len(made)}"
+
+    monkeypatch.setattr(basic.AnsibleModule, "backup_local", backup_local)
+    main = etc / "containerd/config.toml"
+    planted = (PLANTED / "planted-v3.toml").read_text()
+    main.write_text(planted)
+    original = files(etc)
+    layout = {"drop_in": ""} if drop_in == "in place" else {}
+    assert run(set_as_default=True, **layout)["changed"]
+    # A later run that changes a setting: more backups, the record keeps the first state.
+    assert run(set_as_default=True, runtime_config={"privileged_without_host_devices": True}, **layout)["changed"]
+    assert (etc / "gpuops-nvidia/container-runtime.json").exists()
+    check = run(check=True, state="absent", **layout)
+    assert check["changed"] and check["restart_required"] and files(etc) != original
+    res = run(state="absent", **layout)
+    assert res["changed"] and res["restart_required"] and not res["failed"], res
+    # Byte for byte: the backup was the original and nothing changed the file since. The backup the first run made
+    # is gone (it is the file again), the record too; what is left are this run's own backups, for the caller's rollback.
+    rollback = {r["path"]: r for r in res["rollback"]}
+    assert main.read_text() == planted and res["restored_from"]
+    left = {path for path in files(etc) if path not in original}
+    assert left == {str(Path(r["backup"]).relative_to(etc)) for r in rollback.values() if r["backup"]}
+    assert not (etc / "gpuops-nvidia/container-runtime.json").exists()
+    again = run(state="absent", **layout)
+    assert not again["changed"] and not again["restart_required"]
+
+
+def test_absent_after_somebody_edited_the_file_keeps_their_edit(node):
+    etc, run, _calls, _v = node
+    main = etc / "containerd/config.toml"
+    main.write_text((PLANTED / "planted-v3.toml").read_text())
+    run(drop_in="", set_as_default=True)
+    main.write_text(main.read_text() + '\n[debug]\n  level = "info"\n')
+    res = run(drop_in="", state="absent", backup=False)
+    assert res["changed"] and not res["restored_from"]
+    text = main.read_text()
+    assert 'level = "info"' in text and "nvidia-container-runtime" not in text and "enable_cdi" not in text
+
+
+def test_absent_removes_a_config_this_module_created(node):
+    etc, run, _calls, _v = node
+    run()
+    assert (etc / "containerd/config.toml").exists()
+    assert (etc / "containerd/conf.d").is_dir()
+    res = run(state="absent", backup=False)
+    assert files(etc) == {}
+    # The drop-in directory it made goes too; the one that was there stays.
+    assert not (etc / "containerd/conf.d").exists() and (etc / "containerd").is_dir()
+    assert res["removed_directories"] == [str(etc / "containerd/conf.d")]
+
+
+def test_absent_on_crio_removes_our_drop_in_only(node):
+    etc, run, _calls, v = node
+    v["installed"] = {"crio"}
+    conf_d = etc / "crio/crio.conf.d"
+    conf_d.mkdir(parents=True)
+    (etc / "crio/crio.conf").write_text('[crio.runtime]\ndefault_runtime = "runc"\n[crio.runtime.runtimes.runc]\n'
+                                        'runtime_path = "/usr/bin/runc"\n')
+    (conf_d / "50-site").write_text('[crio.runtime.runtimes.runc]\nmonitor_path = "/usr/libexec/crio/conmon"\n')
+    crio = {"config": str(etc / "crio/crio.conf"), "drop_in": str(conf_d / "99-nvidia.toml"), "backup": False}
+    before = files(etc)
+    assert run(**crio)["changed"]
+    res = run(state="absent", **crio)
+    assert res["changed"] and files(etc) == before

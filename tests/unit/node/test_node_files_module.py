@@ -231,3 +231,26 @@ def test_restarted_restarts_a_running_unit_and_starts_a_stopped_one(node):
     assert res["changed"] and res["units"][0]["actions"] == ["restart"]
     systemd.units["nvidia-persistenced.service"]["active"] = "inactive"
     assert run(units=[{"name": "nvidia-persistenced.service", "state": "restarted"}])["units"][0]["actions"] == ["start"]
+
+
+def test_a_directory_goes_only_when_this_calls_removals_leave_it_empty(node):
+    ours = node.root / "svc.service.d"
+    ours.mkdir()
+    (ours / "50-gpuops.conf").write_text("[Service]\n")
+    files = [{"path": str(ours / "50-gpuops.conf"), "state": "absent"}, {"path": str(ours), "state": "absent"}]
+    check = node.run(check=True, files=files)
+    # Check mode sees the directory empty after the file it would remove.
+    assert check["changed"] and [f["changed"] for f in check["files"]] == [True, True] and ours.exists()
+    res = node.run(files=files)
+    assert res["changed"] and not ours.exists()
+    assert not node.run(files=files)["changed"]
+
+
+def test_a_directory_holding_somebody_elses_file_stays(node):
+    shared = node.root / "svc.service.d"
+    shared.mkdir()
+    (shared / "50-gpuops.conf").write_text("[Service]\n")
+    (shared / "10-site.conf").write_text("[Service]\n")
+    res = node.run(files=[{"path": str(shared / "50-gpuops.conf"), "state": "absent"}, {"path": str(shared), "state": "absent"}])
+    assert [f["changed"] for f in res["files"]] == [True, False]
+    assert sorted(p.name for p in shared.iterdir()) == ["10-site.conf"]

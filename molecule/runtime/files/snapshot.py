@@ -1,0 +1,74 @@
+"""What an uninstall must leave as it found it, read on the machine: every entry under /etc (type, mode, owner and
+content digest), dpkg's package selections, the enabled unit files, and the runtime's own effective config
+(`containerd config dump`, or `crio config`). Printed as one JSON object; with `--compare FILE [--ignore PATH ...]`,
+what differs from the one kept in FILE instead (empty lists and `config_same: true` when nothing does)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+
+
+def etc() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for root, dirs, files in os.walk("/etc"):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            head = f"{stat.S_IFMT(st.st_mode):o} {stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
+            if stat.S_ISLNK(st.st_mode):
+                out[path] = f"{head} -> {os.readlink(path)}"
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as handle:
+                    out[path] = f"{head} {hashlib.sha256(handle.read()).hexdigest()}"
+            else:
+                out[path] = head
+    return out
+
+
+def run(argv: list[str]) -> str:
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return res.stdout if res.returncode == 0 else f"rc {res.returncode}: {res.stderr.strip()}"
+
+
+def read() -> dict:
+    packages = dict(line.split(" ", 1) for line in run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${Status}\n"]).splitlines())
+    units = sorted(line.split()[0] for line in run(["systemctl", "list-unit-files", "--state=enabled", "--no-legend"]).splitlines())
+    if shutil.which("containerd"):
+        config = run(["containerd", "config", "dump"])
+    elif os.path.exists("/usr/local/bin/crio"):
+        config = run(["/usr/local/bin/crio", "config"])
+    else:
+        config = ""
+    return {"etc": etc(), "packages": packages, "units": units, "config": config}
+
+
+def compare(before: dict, now: dict, ignore: list[str]) -> dict:
+    paths = sorted(p for p in set(before["etc"]) | set(now["etc"]) if p not in ignore and before["etc"].get(p) != now["etc"].get(p))
+    names = sorted(n for n in set(before["packages"]) | set(now["packages"]) if before["packages"].get(n) != now["packages"].get(n))
+    return {"etc": {p: [before["etc"].get(p), now["etc"].get(p)] for p in paths},
+            "packages": {n: [before["packages"].get(n), now["packages"].get(n)] for n in names},
+            "units": sorted(set(before["units"]) ^ set(now["units"])), "config_same": before["config"] == now["config"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compare")
+    parser.add_argument("--ignore", action="append", default=[])
+    args = parser.parse_args()
+    now = read()
+    if args.compare:
+        with open(args.compare, encoding="utf-8") as handle:
+            print(json.dumps(compare(json.load(handle), now, args.ignore), sort_keys=True))
+    else:
+        print(json.dumps(now, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
