@@ -147,7 +147,8 @@ options:
         older version), only the nvidia runtime table goes, and only when it is not the default runtime."
       - "C(absent), CRI-O: our drop-in is removed."
       - The toolkit's own config is left to its package. The runtime is not restarted; RV(restart_required) and
-        RV(rollback) say what the caller's restart needs, as for C(present).
+        RV(rollback) say what the caller's restart needs, as for C(present); the backups of this run go to
+        O(backup_dir), by default C(/run/gpuops/uninstall-backups), for the caller to remove once the runtime runs.
     type: str
     choices: [present, absent]
     default: present
@@ -460,7 +461,9 @@ def remove(module: AnsibleModule, runtime: str, config: str, drop_in: str, resul
         if marker and not module.check_mode and plan["files"]:
             mark_restart_pending(marker, list(plan["files"]))
         for path, text in plan["files"].items():
-            backup_dir = cr.backup_dir_for(path, runtime=runtime, drop_in=drop_in, backup_dir=p["backup_dir"])
+            # Kept for the caller's rollback only, and removed by it once the runtime runs: outside the runtime's
+            # directories, so that what this run empties (a drop-in directory the install made) can go.
+            backup_dir = p["backup_dir"] or os.path.join(MARKER_DIR, "uninstall-backups")
             if text is None:
                 done.append(remove_file(module, path, backup=p["backup"], backup_dir=backup_dir))
             else:
@@ -561,10 +564,12 @@ def main() -> None:
         module.exit_json(changed=False, files=[], restart_required=False, restart_pending=False, restart_marker="",
                          rollback=[], cdi_enabled=False,
                          cdi_supported=runtime == "crio" or version >= cr.CDI_MIN, **result)
-    if not cr.HAS_TOMLKIT:
-        module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
+    # An uninstall needs tomlkit only to edit a file in place (remove says so): a second one runs after the toolkit's
+    # packages, tomlkit among them, are gone.
     if p["state"] == "absent":
         remove(module, runtime, config, drop_in, result)
+    if not cr.HAS_TOMLKIT:
+        module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
     try:
         if runtime == "containerd":
             binary = module.get_bin_path("containerd")

@@ -24,6 +24,10 @@ def etc() -> dict[str, str]:
             head = f"{stat.S_IFMT(st.st_mode):o} {stat.S_IMODE(st.st_mode):04o} {st.st_uid}:{st.st_gid}"
             if stat.S_ISLNK(st.st_mode):
                 out[path] = f"{head} -> {os.readlink(path)}"
+            elif path == "/etc/ld.so.cache":
+                # Rebuilt by ldconfig on each library change, not byte for byte the same: what it lists is compared.
+                listing = "\n".join(sorted(run(["ldconfig", "-p"]).splitlines()[1:]))
+                out[path] = f"{head} ldconfig -p {hashlib.sha256(listing.encode()).hexdigest()}"
             elif stat.S_ISREG(st.st_mode):
                 with open(path, "rb") as handle:
                     out[path] = f"{head} {hashlib.sha256(handle.read()).hexdigest()}"

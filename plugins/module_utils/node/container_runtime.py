@@ -756,6 +756,11 @@ def plan_containerd_removal(*, main_path: str, main_text: str | None, drop_in_pa
         if backup_text is not None and digest(backup_text) == entry.get("original"):
             files[main_path] = backup_text
             return {"files": files, "restored_from": str(entry.get("backup") or ""), "warnings": warnings}
+    if not entry and runtime_path not in main_text:
+        # Nothing of ours in it (an uninstall that already ran: tomlkit may be gone with the toolkit's packages).
+        return {"files": files, "restored_from": "", "warnings": warnings}
+    if not HAS_TOMLKIT:
+        raise ConfigError(f"{main_path} holds changes of this module that only tomlkit (python3-tomlkit) can take out")
     main = Editor(main_text, main_path)
     if entry:
         for key, value in (entry.get("keys") or {}).items():

@@ -114,3 +114,11 @@ def test_a_drop_in_somebody_else_wrote_is_left():
 def test_nothing_to_remove_changes_nothing():
     assert removal(V3, None, None)["files"] == {}
     assert removal(None, None, None)["files"] == {}
+
+
+def test_without_tomlkit_nothing_of_ours_is_no_change_and_an_edit_is_refused(monkeypatch):
+    """A second uninstall runs after the toolkit's packages, python3-tomlkit among them, are purged."""
+    monkeypatch.setattr(cr, "HAS_TOMLKIT", False)
+    assert removal(V3, None, None)["files"] == {}
+    with pytest.raises(cr.ConfigError, match="only tomlkit"):
+        removal(V3.replace("runc]", "runc]\n  # /usr/bin/nvidia-container-runtime", 1), None, None)

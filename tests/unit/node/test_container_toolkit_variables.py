@@ -5,6 +5,7 @@ variable the user cannot set)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -76,3 +77,28 @@ def test_the_install_is_left_out_only_when_every_package_is_there_at_the_pinned_
         variables["__gpuops_container_toolkit_check"] = {"packages": packages}
     templar = Templar(loader=loader, variables=variables)
     assert templar.template(trust_as_template("{{ __gpuops_container_toolkit_installed }}")) is installed
+
+
+def test_the_record_of_an_install_names_every_package_dpkg_newly_selected():
+    """node_common's record_packages, on the apt module's output recorded on the lab's Ubuntu 22.04 machine: dpkg's
+    progress leaves a carriage return at the end of each line it reads (the first version of this expression missed
+    them all, and an uninstall purged nothing)."""
+    task = yaml.safe_load((ROOT / "roles/node_common/tasks/record_packages.yml").read_text())[0]
+    output = json.loads((Path(__file__).parent / "recorded/jammy-apt-install-toolkit.json").read_text())["stdout"]
+    assert "\r" in output
+    templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_output": output})
+    assert templar.template(trust_as_template(task["loop"])) == ["libyaml-0-2", "nvidia-container-toolkit-base", "python3-tomlkit",
+                                                                 "python3-yaml"]
+
+
+def test_the_uninstall_purges_each_recorded_package_and_nothing_without_a_record():
+    """node_common's purge_recorded reads the record back as one package per line (a first version split on a "\\n" that
+    the template never turned into a newline: apt got one name with the newlines in it, and purged nothing)."""
+    import base64
+
+    task = next(t for t in yaml.safe_load((ROOT / "roles/node_common/tasks/purge_recorded.yml").read_text()) if t["name"] == "Purge them")
+    record = base64.b64encode(b"libyaml-0-2\npython3-yaml\n\nnvidia-container-toolkit-base\npython3-yaml\n").decode()
+    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_recorded": {"content": record}})
+    assert templar.template(trust_as_template(task["vars"]["__packages"])) == ["libyaml-0-2", "python3-yaml", "nvidia-container-toolkit-base"]
+    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_recorded": {"failed": True}})
+    assert templar.template(trust_as_template(task["vars"]["__packages"])) == []
