@@ -274,6 +274,20 @@ restart_marker:
   returned: always
   type: str
   sample: /run/gpuops/containerd.restart-pending
+restored_from:
+  description: With O(state=absent), the first backup put back whole over the main config (then removed), or empty.
+  returned: with O(state=absent)
+  type: str
+removed_backups:
+  description: With O(state=absent), the backups the module's earlier runs made, removed (or, in check mode, that would be).
+  returned: when there were any
+  type: list
+  elements: str
+removed_directories:
+  description: With O(state=absent), the directories the module's earlier runs made, removed as nothing was left in them.
+  returned: when there were any
+  type: list
+  elements: str
 rollback:
   description:
     - For each runtime config file written - its path, its backup (empty when there is none) and whether it existed
@@ -469,14 +483,15 @@ def remove(module: AnsibleModule, runtime: str, config: str, drop_in: str, resul
             else:
                 done.append(write_text(module, path, text, backup=p["backup"], backup_dir=backup_dir))
             tracker.add_file(done[-1])
-        if not module.check_mode:
-            # The backups the installs made (the first change's is the file itself again), but for this run's own, which
-            # the caller's rollback needs; CRI-O's backup directory with them when they leave it empty.
-            this_run = {r.backup for r in done}
-            for backup in sorted({*record.pop("backups", []), plan["restored_from"]} - this_run - {""}):
-                if os.path.isfile(backup):
+        # The backups the installs made (the first change's is the file itself again), but for this run's own, which the
+        # caller's rollback needs. In check mode, the ones that would go.
+        this_run = {r.backup for r in done}
+        for backup in sorted({*record.pop("backups", []), plan["restored_from"]} - this_run - {""}):
+            if os.path.isfile(backup):
+                result.setdefault("removed_backups", []).append(backup)
+                if not module.check_mode:
                     os.unlink(backup)
-                    result.setdefault("removed_backups", []).append(backup)
+        if not module.check_mode:
             # The directories the installs made, when nothing is left in them (deepest first).
             for directory in sorted(record.pop("directories", []), key=len, reverse=True):
                 if os.path.isdir(directory) and not os.listdir(directory):

@@ -323,6 +323,8 @@ def test_absent_puts_back_the_file_as_it_was_and_a_second_run_changes_nothing(no
     away = {"backup_dir": str(etc.parent / "run/gpuops/uninstall-backups")}
     check = run(check=True, state="absent", **away, **layout)
     assert check["changed"] and check["restart_required"] and files(etc) != original
+    # Check mode names the backups the installs made that would go, and removes none.
+    assert check["removed_backups"] and all(os.path.exists(b) for b in check["removed_backups"])
     res = run(state="absent", **away, **layout)
     assert res["changed"] and res["restart_required"] and not res["failed"], res
     # Byte for byte: the backup was the original and nothing changed the file since. The backups the installs made are
