@@ -242,7 +242,7 @@ def main() -> None:
     not_readable = sorted([f"{types[i]['resource']}.{types[i]['group'] or 'core'}" for i in failed] + unanswered)
     if not_readable:
         module.warn(f"could not look for the collection's objects in {', '.join(not_readable)} "
-                    f"({api_error(next(iter(failed.values())))if failed else 'the API group did not answer'})")
+                    f"({api_error(next(iter(failed.values()))) if failed else 'the API group did not answer'})")
     found = uninstall.plan([(types[i], listed[i]) for i in sorted(listed)], p["field_manager"], p["managed_by"])
     labels = uninstall.node_labels_to_remove([{"metadata": m} for m in nodes], p["field_manager"], p["operand_labels"])
     steps = [found["workloads"], found["objects"], found["definitions"], found["namespaces"]]

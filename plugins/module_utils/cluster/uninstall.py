@@ -60,25 +60,26 @@ def _status_only(entry: Mapping) -> bool:
     return entry.get("subresource") == "status"
 
 
+def _holders(meta: Mapping, field_manager: str, managed_by: Iterable[str]) -> tuple[bool, bool, bool]:
+    """(marked with the managed-by label, applied by the field manager, written by another manager outside the status)."""
+    entries = meta.get("managedFields") or []
+    return ((meta.get("labels") or {}).get(MANAGED_BY) in set(managed_by),
+            any(e.get("manager") == field_manager and e.get("operation") == "Apply" for e in entries),
+            any(e.get("manager") != field_manager and not _status_only(e) for e in entries))
+
+
 def is_ours(meta: Mapping, field_manager: str, managed_by: Iterable[str]) -> bool:
     """Whether an object is the collection's: its managed-by label, or applied by the field manager alone (another
     manager's write outside the status means someone else holds it too, and it stays)."""
-    if (meta.get("labels") or {}).get(MANAGED_BY) in set(managed_by):
-        return True
-    entries = meta.get("managedFields") or []
-    applied = any(e.get("manager") == field_manager and e.get("operation") == "Apply" for e in entries)
-    others = any(e.get("manager") != field_manager and not _status_only(e) for e in entries)
-    return applied and not others
+    marked, applied, others = _holders(meta, field_manager, managed_by)
+    return marked or (applied and not others)
 
 
 def is_shared(meta: Mapping, field_manager: str, managed_by: Iterable[str]) -> bool:
     """Whether the field manager applied part of an object someone else holds too (a CRD the cluster's own NFD installed,
     applied over by the collection's NFD role): it stays, and only the collection's part of it is let go."""
-    if (meta.get("labels") or {}).get(MANAGED_BY) in set(managed_by):
-        return False
-    entries = meta.get("managedFields") or []
-    return (any(e.get("manager") == field_manager and e.get("operation") == "Apply" for e in entries)
-            and any(e.get("manager") != field_manager and not _status_only(e) for e in entries))
+    marked, applied, others = _holders(meta, field_manager, managed_by)
+    return not marked and applied and others
 
 
 def describe(rtype: Mapping, meta: Mapping) -> str:
