@@ -34,7 +34,7 @@ from .distros import DISTROS
 from .errors import LabError
 from .hardware import load_profile, profile_names
 from .hostlock import host_lock
-from .machines import Lab, process_alive, state_dir, wait_gone
+from .machines import Lab, process_start, same_process, state_dir, wait_gone
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
 CLUSTER_NAME = "gpuops-lab"
@@ -61,8 +61,22 @@ class ClusterState:
     workdir: str = ""
     kwokctl: str = ""
     pids: dict[str, int] = field(default_factory=dict)
+    # Each recorded process's start (machines.process_start), so a PID that has come round again to another
+    # process is never taken for ours.
+    starts: dict[str, int] = field(default_factory=dict)
     nodes: list[dict] = field(default_factory=list)
     started: float = 0.0
+
+    def record(self, name: str, pid: int) -> None:
+        self.pids[name] = pid
+        start = process_start(pid)
+        if start is None:
+            self.starts.pop(name, None)
+        else:
+            self.starts[name] = start
+
+    def alive(self, name: str) -> bool:
+        return same_process(self.pids[name], self.starts.get(name))
 
 
 def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
@@ -192,7 +206,7 @@ class Cluster:
         if os.geteuid() != 0:
             raise LabError("must run as root, like the rest of the lab")
         existing = self.load()
-        if existing and any(process_alive(p) for p in existing.pids.values()):
+        if existing and any(existing.alive(name) for name in existing.pids):
             raise LabError(f"a lab cluster is already running (state in {self.dir}); run 'lab cluster down' first")
         names = [n.name for n in nodes]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -225,7 +239,8 @@ class Cluster:
                 "--wait", f"{int(wait)}s",
                 timeout=wait + 120,
             )
-        state.pids = self._component_pids(CLUSTER_NAME)
+        for name, pid in self._component_pids(CLUSTER_NAME).items():
+            state.record(name, pid)
         self.save(state)
         if res.returncode != 0:
             lines = [ln for ln in (res.stderr or res.stdout).strip().splitlines() if ln.strip()]
@@ -233,12 +248,12 @@ class Cluster:
                            "run 'lab cluster down' to clean up")
         self.create_nodes(nodes)
         state.nodes = [asdict(n) for n in nodes]
-        state.pids["devplugin-sim"] = self._start_devplugin_sim()
+        state.record("devplugin-sim", self._start_devplugin_sim())
         self.save(state)
         self.install_nfd_crds(tools.nfd_crds)
         if nodes:
             # nfd-master records its version on the node it runs on: the first one stands for it.
-            state.pids["nfd-master"] = self._start_nfd_master(tools.nfd_master, nodes[0].name)
+            state.record("nfd-master", self._start_nfd_master(tools.nfd_master, nodes[0].name))
             self.save(state)
         self.wait_ready({n.name for n in nodes}, wait)
         progress(f"lab cluster up: {len(nodes)} node(s) Ready in {time.monotonic() - t0:.1f}s; KUBECONFIG={self.kubeconfig}")
@@ -310,19 +325,20 @@ class Cluster:
             return []
         stopped = []
         for helper in ("devplugin-sim", "nfd-master"):
-            pid = state.pids.get(helper)
-            if pid and process_alive(pid):
-                os.kill(pid, signal.SIGTERM)
+            if helper in state.pids and state.alive(helper):
+                os.kill(state.pids[helper], signal.SIGTERM)
         # The kwokctl that created the cluster deletes it; down never builds anything.
         if Path(state.kwokctl).is_file() and Path(state.workdir, "clusters", state.name).exists():
             res = self._kwokctl(Path(state.kwokctl), "delete", "cluster", "--name", state.name, "--kubeconfig", state.kubeconfig, timeout=120)
             if res.returncode != 0:
                 progress(f"lab cluster: kwokctl delete failed ({res.stderr.strip()[-200:]}); stopping the recorded PIDs")
         # Whatever kwokctl did, each recorded process must be gone; stop the ones that are not, by PID.
+        # Only a process that is still the one recorded: one that has taken a recorded PID since is not ours.
         for name, pid in state.pids.items():
-            if not wait_gone(pid, 10.0):
+            start = state.starts.get(name)
+            if start is not None and not wait_gone(pid, 10.0, start):
                 os.kill(pid, signal.SIGKILL)
-                if not wait_gone(pid, 5.0):
+                if not wait_gone(pid, 5.0, start):
                     raise LabError(f"{name} (pid {pid}) did not stop")
             stopped.append(f"{name} ({pid})")
         shutil.rmtree(self.dir)
@@ -333,9 +349,9 @@ class Cluster:
         if state is None:
             return {"running": False, "components": {}, "nodes": 0}
         return {
-            "running": all(process_alive(p) for p in state.pids.values()) and bool(state.pids),
+            "running": all(state.alive(name) for name in state.pids) and bool(state.pids),
             "kubeconfig": state.kubeconfig,
-            "components": {name: {"pid": pid, "running": process_alive(pid)} for name, pid in state.pids.items()},
+            "components": {name: {"pid": pid, "running": state.alive(name)} for name, pid in state.pids.items()},
             "nodes": len(state.nodes),
         }
 

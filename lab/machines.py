@@ -47,6 +47,11 @@ def ssh_option_args(*extra: str) -> list[str]:
 
 
 CGROUP_FS = Path("/sys/fs/cgroup")
+NO_CONSOLE_OUTPUT = "no console output"
+
+
+class BootError(LabError):
+    """A machine's supervisor ended before it wrote anything: nothing of the machine ran."""
 
 
 def machine_cgroups(leaf: str, cgroup_fs: Path = CGROUP_FS, self_cgroup: str | None = None) -> list[Path]:
@@ -185,6 +190,8 @@ class Lab:
         self.dir = directory or state_dir()
         self.state_file = self.dir / "lab.json"
         self.key = self.dir / "id_ed25519"
+        # The supervisors this object started, by machine name: how one that died at once ended.
+        self._supervisors: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- state -------------------------------------------------------------------------------
     def load(self) -> dict[str, Machine]:
@@ -319,6 +326,20 @@ class Lab:
             )
         machine.pid = proc.pid
         machine.started = time.time()
+        self._supervisors[machine.name] = proc
+
+    def supervisor_end(self, machine: Machine) -> str:
+        """How the machine's supervisor ended, as far as this process can tell (it is our child when we started it)."""
+        proc = self._supervisors.get(machine.name)
+        if proc is None or proc.pid != machine.pid:
+            return "supervisor gone"
+        try:
+            status = proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "supervisor still running but no longer recognisable as this machine's"
+        if status < 0:
+            return f"supervisor killed by {signal.Signals(-status).name}"
+        return f"supervisor exited with status {status}"
 
     def ssh_command(self, machine: Machine, *remote: str) -> list[str]:
         return ["ssh", "-i", str(self.key), "-p", str(machine.port), *ssh_option_args("BatchMode=yes"), "root@127.0.0.1", *remote]
@@ -330,7 +351,8 @@ class Lab:
         while time.monotonic() < deadline:
             if not self.is_ours(machine):
                 tail = _tail(Path(machine.directory) / "console.log")
-                raise LabError(f"machine {machine.name} exited while booting: {tail}")
+                error = BootError if tail == NO_CONSOLE_OUTPUT else LabError
+                raise error(f"machine {machine.name} exited while booting: {tail} ({self.supervisor_end(machine)})")
             res = subprocess.run(
                 self.ssh_command(machine, "systemctl", "is-system-running", "--wait"),
                 capture_output=True,
@@ -345,6 +367,22 @@ class Lab:
             last = (res.stderr or res.stdout).strip() or f"ssh exit {res.returncode}"
             time.sleep(0.5)
         raise LabError(f"machine {machine.name} did not answer on 127.0.0.1:{machine.port} within {timeout:.0f}s ({last})")
+
+    def wait_booted(self, machine: Machine, image: Path, nvml: Path | None, timeout: float) -> str:
+        """wait_ready, and once more from a fresh root when the supervisor died before it wrote a line.
+
+        Nothing of the machine ran then (the supervisor logs before it starts nspawn), so the second boot
+        hides no failure of the machine; the first one's end is printed on stderr. Seen on a loaded CI host
+        with about nine machines booting at once; recording how the supervisor ended is meant to find out why.
+        """
+        try:
+            return self.wait_ready(machine, timeout)
+        except BootError as exc:
+            print(f"lab: {exc}; booting it once more", file=sys.stderr, flush=True)
+        self.stop(machine)
+        self.prepare_root(machine, image, nvml)
+        self.boot(machine)
+        return self.wait_ready(machine, timeout)
 
     def stop(self, machine: Machine, timeout: float = 30.0) -> None:
         """Stop one machine by its recorded PIDs: SIGTERM to the supervisor, which passes it to nspawn (a
@@ -418,7 +456,8 @@ class Lab:
                 machines[m.name] = m
             self.save(machines)
             with ThreadPoolExecutor(max_workers=len(new)) as pool:
-                states = dict(zip(new, pool.map(lambda m: self.wait_ready(m, timeout), new.values()), strict=True))
+                states = dict(zip(new, pool.map(lambda m: self.wait_booted(m, images[m.distro], nvml, timeout), new.values()),
+                                  strict=True))
             for name, state in states.items():
                 new[name].extra["systemd"] = state
         except BaseException:
@@ -479,8 +518,30 @@ def process_alive(pid: int) -> bool:
         return False
 
 
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Wait for a child or a foreign process to exit; reap it if it is our child."""
+def process_start(pid: int) -> int | None:
+    """When pid started, in clock ticks after boot (field 22 of /proc/PID/stat); None when no process runs as pid.
+
+    With the PID a process's identity: PIDs come round again (pid_max is 32768 on many hosts, and a CI run starts
+    that many processes in minutes), so a PID recorded earlier may name another process now. Whatever stops a
+    process by a recorded PID compares this first (`same_process`).
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if not fields or fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int, start: int | None) -> bool:
+    """Whether pid still runs the process that started at `start` (an unknown start is never the same)."""
+    return pid > 0 and start is not None and process_start(pid) == start
+
+
+def wait_gone(pid: int, timeout: float, start: int | None = None) -> bool:
+    """Wait for a child or a foreign process to exit; reap it if it is our child. Given the process's start
+    (`process_start`), another process that has taken the PID since counts as gone."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -488,7 +549,7 @@ def wait_gone(pid: int, timeout: float) -> bool:
                 return True
         except ChildProcessError:
             pass
-        if not process_alive(pid):
+        if not process_alive(pid) or (start is not None and not same_process(pid, start)):
             return True
         time.sleep(0.1)
     return False
@@ -516,4 +577,4 @@ def _tail(path: Path) -> str:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "no console log"
-    return lines[-1] if lines else "no console output"
+    return lines[-1] if lines else NO_CONSOLE_OUTPUT

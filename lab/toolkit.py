@@ -31,6 +31,7 @@ from pathlib import Path
 
 from .errors import LabError
 from .images import cache_dir
+from .machines import process_start, same_process
 from .toolchain import _empty_dir, _finish, _go, build_in_wrapper, go_env
 
 TOOLKIT_MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
@@ -230,12 +231,9 @@ def _state(state_dir: Path) -> Path:
     return state_dir / "toolkit-repo.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+def _alive(data: dict) -> bool:
+    """Whether the recorded server still runs (the same process, not one that has taken its PID since)."""
+    return same_process(data["pid"], data.get("start"))
 
 
 def status(state_dir: Path) -> dict:
@@ -243,7 +241,7 @@ def status(state_dir: Path) -> dict:
     if not path.exists():
         return {"running": False}
     data = json.loads(path.read_text())
-    data["running"] = _alive(data["pid"])
+    data["running"] = _alive(data)
     return data
 
 
@@ -279,7 +277,7 @@ def up(state_dir: Path, port: int = DEFAULT_PORT, progress=print) -> dict:
     else:
         proc.kill()
         raise LabError(f"the repository server did not answer on {url}")
-    data = {"pid": proc.pid, "port": port, "url": url, "root": str(root), "version": deb_version(),
+    data = {"pid": proc.pid, "start": process_start(proc.pid), "port": port, "url": url, "root": str(root), "version": deb_version(),
             "key_url": f"{url}/gpgkey", "package": PACKAGE}
     _state(state_dir).write_text(json.dumps(data, indent=2) + "\n")
     data["running"] = True
@@ -293,10 +291,10 @@ def down(state_dir: Path) -> bool:
         return False
     data = json.loads(path.read_text())
     stopped = False
-    if _alive(data["pid"]):
+    if _alive(data):
         os.kill(data["pid"], signal.SIGTERM)
         for _attempt in range(50):
-            if not _alive(data["pid"]):
+            if not _alive(data):
                 break
             time.sleep(0.1)
         stopped = True

@@ -1,0 +1,130 @@
+"""Stopping by a recorded PID only while it is still the recorded process, and a machine whose supervisor died at once.
+
+PIDs come round again (pid_max 32768 here), so a PID the lab recorded may name someone else's process by the time
+the lab stops it. These tests stand a live process of ours in for "someone else": the lab must leave it running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab import toolkit
+from lab.cluster import Cluster, ClusterState
+from lab.machines import NO_CONSOLE_OUTPUT, BootError, Lab, Machine, process_start, same_process, wait_gone
+
+
+@pytest.fixture
+def bystander():
+    """A process that is not the one a state file recorded, though it may now carry the recorded PID."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_process_is_known_by_its_pid_and_start(bystander):
+    start = process_start(bystander.pid)
+    assert isinstance(start, int) and start > 0
+    assert same_process(bystander.pid, start)
+    assert not same_process(bystander.pid, start + 1)
+    assert not same_process(bystander.pid, None)
+    # Another process on the recorded PID counts as the recorded one being gone, at once.
+    assert wait_gone(bystander.pid, 5.0, start + 1)
+    assert not wait_gone(bystander.pid, 0.3, start)
+
+
+def test_a_process_that_exited_has_no_start():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert process_start(proc.pid) is None
+
+
+def test_cluster_down_stops_the_recorded_process_and_not_one_on_a_reused_pid(tmp_path, bystander):
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        cluster = Cluster(tmp_path)
+        state = ClusterState(kwokctl=str(tmp_path / "no-kwokctl"), workdir=str(tmp_path / "kwok"))
+        state.record("devplugin-sim", ours.pid)
+        # What an older run recorded for nfd-master; its PID now belongs to the bystander.
+        state.pids["nfd-master"] = bystander.pid
+        state.starts["nfd-master"] = process_start(bystander.pid) + 1
+        # A component recorded without a start (a state from before starts were kept): never signalled.
+        state.pids["etcd"] = bystander.pid
+        cluster.save(state)
+
+        assert cluster.status()["components"]["nfd-master"]["running"] is False
+        assert cluster.status()["components"]["devplugin-sim"]["running"] is True
+        cluster.down(progress=lambda _msg: None)
+
+        # down() reaps it (wait_gone), so its status is not ours to read here: it is enough that it is gone.
+        assert ours.wait(timeout=10) is not None
+        assert process_start(ours.pid) is None
+        assert bystander.poll() is None
+        assert not cluster.dir.exists()
+    finally:
+        if ours.poll() is None:
+            ours.kill()
+            ours.wait()
+
+
+def test_toolkit_down_leaves_a_process_on_the_servers_reused_pid(tmp_path, bystander):
+    toolkit._state(tmp_path).write_text(json.dumps({"pid": bystander.pid, "start": process_start(bystander.pid) + 1}))
+    assert toolkit.status(tmp_path)["running"] is False
+    assert toolkit.down(tmp_path) is False
+    assert bystander.poll() is None
+    assert not toolkit._state(tmp_path).exists()
+
+
+def test_a_supervisor_that_died_before_its_first_line_is_named_and_the_machine_booted_once_more(tmp_path, monkeypatch):
+    lab = Lab(tmp_path / "state")
+    machine = Machine(name="m1", distro="noble", port=1, directory=str(tmp_path / "m1"))
+    (tmp_path / "m1" / "root").mkdir(parents=True)
+    # A supervisor that is killed before it logs anything: an empty console log, a SIGTERM exit.
+    silent = tmp_path / "silent-python"
+    silent.write_text("#!/bin/sh\nexec sleep 60\n")
+    silent.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(silent))
+    lab.supervise(machine, ["sleep", "60"], [])
+    monkeypatch.undo()
+    os.kill(machine.pid, signal.SIGTERM)
+    with pytest.raises(BootError, match=f"exited while booting: {NO_CONSOLE_OUTPUT} \\(supervisor killed by SIGTERM\\)"):
+        lab.wait_ready(machine, timeout=5)
+
+    calls: list[str] = []
+    answers = iter([BootError("machine m1 exited while booting: no console output (supervisor killed by SIGTERM)"), "running"])
+
+    def wait_ready(_m, _timeout):
+        answer = next(answers)
+        calls.append("wait")
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(lab, "wait_ready", wait_ready)
+    monkeypatch.setattr(lab, "stop", lambda m: calls.append("stop"))
+    monkeypatch.setattr(lab, "prepare_root", lambda m, image, nvml: calls.append("prepare"))
+    monkeypatch.setattr(lab, "boot", lambda m: calls.append("boot"))
+    assert lab.wait_booted(machine, Path("image"), None, 5) == "running"
+    assert calls == ["wait", "stop", "prepare", "boot", "wait"]
+
+
+def test_a_machine_that_wrote_to_its_console_before_it_died_is_not_booted_again(tmp_path, monkeypatch):
+    lab = Lab(tmp_path / "state")
+    machine = Machine(name="m1", distro="noble", port=1, directory=str(tmp_path / "m1"))
+
+    def wait_ready(_m, _timeout):
+        raise lab_error
+
+    from lab.errors import LabError
+    lab_error = LabError("machine m1 exited while booting: Failed to mount /proc (supervisor exited with status 1)")
+    monkeypatch.setattr(lab, "wait_ready", wait_ready)
+    monkeypatch.setattr(lab, "boot", lambda m: pytest.fail("booted again"))
+    with pytest.raises(LabError, match="Failed to mount"):
+        lab.wait_booted(machine, Path("image"), None, 5)
