@@ -29,6 +29,8 @@ MOLECULE_SCENARIOS := cluster default hardware runtime
 FAST_SCENARIO ?= hardware
 # The report runs even when the venv step failed; it never changes make's exit status.
 REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report --log $(TIMING) --begin-file $(TIMING_BEGIN)
+# After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
+FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
 .PHONY: help venv lab-deps collection demo test test-steps caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
@@ -137,13 +139,15 @@ sanity-run: $(SANITY_VENV)/.installed
 lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
 	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=10 tests/integration
 
+# Each scenario's output is also kept in .build/molecule-NAME.log, where `lab time failures` reads it.
 molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)
-	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s; done
+	@mkdir -p .build
+	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s 2>&1 | tee .build/molecule-$$s.log; done
 
 test: ## everything CI runs, then the timing table (budget: 40 min warm)
 	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
-	  echo; $(REPORT) --budget-min 40 || true; exit $$rc
+	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 40 || true; exit $$rc
 
 # lab-test runs beside the scenarios that mostly wait on SSH and lab clusters (SIDE_SCENARIOS), then the first
 # install (default, busy building DKMS modules) runs alone. Both sides use the lab's caches, filled before by
@@ -167,7 +171,7 @@ side-by-side: venv lab-deps collection
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
 	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-fast-steps MOLECULE_SCENARIOS="$(FAST_SCENARIO)" || rc=$$?; \
-	  echo; $(REPORT) --budget-min 15 || true; exit $$rc
+	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 15 || true; exit $$rc
 
 test-fast-steps: venv lab-deps collection unit lint sanity molecule
 

@@ -233,6 +233,11 @@ def cmd_time_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_time_failures(args: argparse.Namespace) -> int:
+    timing.print_failures(Path(args.log), Path(args.build_dir))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lab", description="The gpuops lab: systemd-nspawn machines reached over SSH.")
     parser.add_argument("--state", help="state directory (default: $GPUOPS_LAB_STATE or ~/.local/state/gpuops-lab)")
@@ -316,6 +321,10 @@ def build_parser() -> argparse.ArgumentParser:
     treport.add_argument("--begin-file", help="file with the epoch seconds at which the run began (gives the setup row)")
     treport.add_argument("--budget-min", type=int, help="the budget in minutes: adds a within/OVER line")
     treport.set_defaults(func=cmd_time_report)
+    tfail = tsub.add_parser("failures", help="for each failed step in the timing log, print the last failures in its own log")
+    tfail.add_argument("--log", required=True, help="the timing log")
+    tfail.add_argument("--build-dir", default=".build", help="where the steps' logs are (NAME.log, / as -)")
+    tfail.set_defaults(func=cmd_time_failures)
     return parser
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -86,3 +87,62 @@ def read_begin(path: Path | None) -> float | None:
         return float(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
+
+
+# -- why a step failed -----------------------------------------------------------------------------
+# CI shows only the end of `make test`'s output, and a scenario's failure sits many screens above it, under the
+# output of the steps that ran beside it. `failures` repeats, at the end, the last failures of each failed step.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRAME = re.compile(r"^\s*│ ?")
+_HEADER = re.compile(r"^(TASK|PLAY|RUNNING HANDLER) \[|^PLAY RECAP|^_{3,} .* _{3,}$|^={3,} .* ={3,}$|^INFO |^DETAILS")
+_FAILURE = re.compile(r"fatal: \[|FAILED! =>|^failed: \[|lab: error:|^ERROR |^FAILED |^E  ")
+_IGNORED = "...ignoring"
+
+
+def failure_blocks(text: str, keep: int = 3, lines_per_block: int = 40, width: int = 300) -> list[list[str]]:
+    """The last `keep` failures in a log: each the task (or test) it happened in, the failure, what follows it.
+
+    A failure Ansible was told to ignore ("...ignoring") is not one. Colours and molecule's frame are taken off.
+    """
+    blocks: list[list[str]] = []
+    header = ""
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        line = _FRAME.sub("", _ANSI.sub("", raw).rstrip())
+        if _HEADER.search(line):
+            header, current = line, None
+            continue
+        if current is not None:
+            if line.strip() == _IGNORED:
+                blocks.remove(current)
+                current = None
+            elif len(current) < lines_per_block:
+                current.append("    " + line[:width])
+            continue
+        if _FAILURE.search(line):
+            current = [header[:width]] if header else []
+            current.append("  " + line[:width])
+            blocks.append(current)
+    return blocks[-keep:]
+
+
+def failed_steps(rows: list[Row]) -> list[str]:
+    """The names of the steps that failed, each once, in the order they ran."""
+    return list(dict.fromkeys(r.name for r in rows if r.rc != 0))
+
+
+def step_log(build_dir: Path, name: str) -> Path:
+    """Where a step's output is kept: molecule/runtime in molecule-runtime.log, lab-test in lab-test.log."""
+    return build_dir / (name.replace("/", "-") + ".log")
+
+
+def print_failures(log: Path, build_dir: Path) -> None:
+    for name in failed_steps(read_log(log)):
+        path = step_log(build_dir, name)
+        try:
+            blocks = failure_blocks(path.read_text(errors="replace"))
+        except OSError:
+            continue
+        print(f"==== {name} failed; its last failures, from {path} ====")
+        for block in blocks:
+            print("\n".join(block))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import cli
+from lab import cli, timing
 from lab.timing import Row, format_table, read_begin, read_log, run_timed
 
 REPO = Path(__file__).resolve().parents[3]
@@ -110,3 +110,37 @@ def test_run_command_exits_with_the_code(tmp_path: Path) -> None:
 def test_run_command_without_a_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["time", "run", "--log", str(tmp_path / "t.tsv"), "--name", "x", "--"]) == 2
     assert "no command given" in capsys.readouterr().err
+
+
+MOLECULE_LOG = """\
+\x1b[2m│\x1b[0m TASK [gpuops.nvidia.driver : Check the request]
+\x1b[2m│\x1b[0m \x1b[0;31mfatal: [mol-noble]: FAILED! => \x1b[0m
+\x1b[2m│\x1b[0m \x1b[0;31m    msg: planted by the test\x1b[0m
+\x1b[2m│\x1b[0m ...ignoring
+\x1b[2m│\x1b[0m TASK [Boot the machines]
+\x1b[2m│\x1b[0m \x1b[0;31mfatal: [localhost]: FAILED! => \x1b[0m
+\x1b[2m│\x1b[0m \x1b[0;31m    stderr: 'lab: error: machine c1 exited while booting'\x1b[0m
+\x1b[2m│\x1b[0m PLAY RECAP
+ERROR    Ansible return code was 2
+"""
+
+
+def test_failure_blocks_name_the_task_skip_ignored_failures_and_drop_colours():
+    blocks = timing.failure_blocks(MOLECULE_LOG)
+    assert blocks == [
+        ["TASK [Boot the machines]", "  fatal: [localhost]: FAILED! =>", "        stderr: 'lab: error: machine c1 exited while booting'"],
+        ["PLAY RECAP", "  ERROR    Ansible return code was 2"],
+    ]
+
+
+def test_failures_are_printed_for_the_failed_steps_only(tmp_path, capsys):
+    log = tmp_path / "timing.tsv"
+    log.write_text("unit\t1.0\t2.0\t0\nmolecule/cluster\t3.0\t4.0\t2\nlab-test\t3.0\t9.0\t1\n")
+    (tmp_path / "molecule-cluster.log").write_text(MOLECULE_LOG)
+    (tmp_path / "unit.log").write_text("FAILED tests/unit/x.py::test_not_this_one\n")
+    timing.print_failures(log, tmp_path)
+    out = capsys.readouterr().out
+    assert "==== molecule/cluster failed" in out and "exited while booting" in out
+    assert "test_not_this_one" not in out
+    # lab-test failed but left no log here: nothing to print for it, and no error.
+    assert "lab-test" not in out
