@@ -50,10 +50,6 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 NO_CONSOLE_OUTPUT = "no console output"
 
 
-class BootError(LabError):
-    """A machine's supervisor ended before it wrote anything: nothing of the machine ran."""
-
-
 def machine_cgroups(leaf: str, cgroup_fs: Path = CGROUP_FS, self_cgroup: str | None = None) -> list[Path]:
     """The cgroups a machine's nspawn joins: `leaf` below this process's cgroup in every hierarchy systemd uses.
 
@@ -327,6 +323,12 @@ class Lab:
         machine.pid = proc.pid
         machine.started = time.time()
         self._supervisors[machine.name] = proc
+        # Popen returns once the child is in execve, and for a moment after that (long on a loaded host) its
+        # /proc/PID/cmdline still reads empty: is_ours would take the supervisor for someone else's process, and the
+        # boot for a failed one ("exited while booting: no console output" in CI). Its argv is there before it runs.
+        deadline = time.monotonic() + 30.0
+        while not _cmdline(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def supervisor_end(self, machine: Machine) -> str:
         """How the machine's supervisor ended, as far as this process can tell (it is our child when we started it)."""
@@ -351,8 +353,7 @@ class Lab:
         while time.monotonic() < deadline:
             if not self.is_ours(machine):
                 tail = _tail(Path(machine.directory) / "console.log")
-                error = BootError if tail == NO_CONSOLE_OUTPUT else LabError
-                raise error(f"machine {machine.name} exited while booting: {tail} ({self.supervisor_end(machine)})")
+                raise LabError(f"machine {machine.name} exited while booting: {tail} ({self.supervisor_end(machine)})")
             res = subprocess.run(
                 self.ssh_command(machine, "systemctl", "is-system-running", "--wait"),
                 capture_output=True,
@@ -367,22 +368,6 @@ class Lab:
             last = (res.stderr or res.stdout).strip() or f"ssh exit {res.returncode}"
             time.sleep(0.5)
         raise LabError(f"machine {machine.name} did not answer on 127.0.0.1:{machine.port} within {timeout:.0f}s ({last})")
-
-    def wait_booted(self, machine: Machine, image: Path, nvml: Path | None, timeout: float) -> str:
-        """wait_ready, and once more from a fresh root when the supervisor died before it wrote a line.
-
-        Nothing of the machine ran then (the supervisor logs before it starts nspawn), so the second boot
-        hides no failure of the machine; the first one's end is printed on stderr. Seen on a loaded CI host
-        with about nine machines booting at once; recording how the supervisor ended is meant to find out why.
-        """
-        try:
-            return self.wait_ready(machine, timeout)
-        except BootError as exc:
-            print(f"lab: {exc}; booting it once more", file=sys.stderr, flush=True)
-        self.stop(machine)
-        self.prepare_root(machine, image, nvml)
-        self.boot(machine)
-        return self.wait_ready(machine, timeout)
 
     def stop(self, machine: Machine, timeout: float = 30.0) -> None:
         """Stop one machine by its recorded PIDs: SIGTERM to the supervisor, which passes it to nspawn (a
@@ -456,8 +441,7 @@ class Lab:
                 machines[m.name] = m
             self.save(machines)
             with ThreadPoolExecutor(max_workers=len(new)) as pool:
-                states = dict(zip(new, pool.map(lambda m: self.wait_booted(m, images[m.distro], nvml, timeout), new.values()),
-                                  strict=True))
+                states = dict(zip(new, pool.map(lambda m: self.wait_ready(m, timeout), new.values()), strict=True))
             for name, state in states.items():
                 new[name].extra["systemd"] = state
         except BaseException:

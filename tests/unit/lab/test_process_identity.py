@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from lab import toolkit
 from lab.cluster import Cluster, ClusterState
-from lab.machines import NO_CONSOLE_OUTPUT, BootError, Lab, Machine, process_start, same_process, wait_gone
+from lab.errors import LabError
+from lab.machines import NO_CONSOLE_OUTPUT, Lab, Machine, process_start, same_process, wait_gone
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_toolkit_down_leaves_a_process_on_the_servers_reused_pid(tmp_path, bysta
     assert not toolkit._state(tmp_path).exists()
 
 
-def test_a_supervisor_that_died_before_its_first_line_is_named_and_the_machine_booted_once_more(tmp_path, monkeypatch):
+def test_a_supervisor_that_died_before_its_first_line_is_named(tmp_path, monkeypatch):
     lab = Lab(tmp_path / "state")
     machine = Machine(name="m1", distro="noble", port=1, directory=str(tmp_path / "m1"))
     (tmp_path / "m1" / "root").mkdir(parents=True)
@@ -94,37 +94,21 @@ def test_a_supervisor_that_died_before_its_first_line_is_named_and_the_machine_b
     lab.supervise(machine, ["sleep", "60"], [])
     monkeypatch.undo()
     os.kill(machine.pid, signal.SIGTERM)
-    with pytest.raises(BootError, match=f"exited while booting: {NO_CONSOLE_OUTPUT} \\(supervisor killed by SIGTERM\\)"):
+    with pytest.raises(LabError, match=f"exited while booting: {NO_CONSOLE_OUTPUT} \\(supervisor killed by SIGTERM\\)"):
         lab.wait_ready(machine, timeout=5)
 
-    calls: list[str] = []
-    answers = iter([BootError("machine m1 exited while booting: no console output (supervisor killed by SIGTERM)"), "running"])
 
-    def wait_ready(_m, _timeout):
-        answer = next(answers)
-        calls.append("wait")
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(lab, "wait_ready", wait_ready)
-    monkeypatch.setattr(lab, "stop", lambda m: calls.append("stop"))
-    monkeypatch.setattr(lab, "prepare_root", lambda m, image, nvml: calls.append("prepare"))
-    monkeypatch.setattr(lab, "boot", lambda m: calls.append("boot"))
-    assert lab.wait_booted(machine, Path("image"), None, 5) == "running"
-    assert calls == ["wait", "stop", "prepare", "boot", "wait"]
-
-
-def test_a_machine_that_wrote_to_its_console_before_it_died_is_not_booted_again(tmp_path, monkeypatch):
+def test_a_supervisor_is_recognised_as_soon_as_supervise_returns(tmp_path):
+    """Popen returns while the child is still in execve, and its /proc/PID/cmdline reads empty for a moment: 97 of 100
+    supervisors started here were not recognised right away before supervise() waited for it, and on a loaded CI host a
+    machine was taken for one that had exited while booting."""
     lab = Lab(tmp_path / "state")
-    machine = Machine(name="m1", distro="noble", port=1, directory=str(tmp_path / "m1"))
-
-    def wait_ready(_m, _timeout):
-        raise lab_error
-
-    from lab.errors import LabError
-    lab_error = LabError("machine m1 exited while booting: Failed to mount /proc (supervisor exited with status 1)")
-    monkeypatch.setattr(lab, "wait_ready", wait_ready)
-    monkeypatch.setattr(lab, "boot", lambda m: pytest.fail("booted again"))
-    with pytest.raises(LabError, match="Failed to mount"):
-        lab.wait_booted(machine, Path("image"), None, 5)
+    for i in range(20):
+        machine = Machine(name=f"m{i}", distro="noble", port=1, directory=str(tmp_path / f"m{i}"))
+        (tmp_path / f"m{i}" / "root").mkdir(parents=True)
+        lab.supervise(machine, ["sh", "-c", "exec sleep 60", "-D", f"{machine.directory}/root"], [])
+        try:
+            assert lab.is_ours(machine), i
+        finally:
+            os.kill(machine.pid, signal.SIGTERM)
+            assert wait_gone(machine.pid, 10.0)
