@@ -66,7 +66,10 @@ options:
         type: str
         required: true
       enabled:
-        description: Enabled at boot, or not; left as it is when not given.
+        description:
+          - Enabled at boot, or not; left as it is when not given.
+          - A unit the node does not have fails the call, unless it is asked to be disabled and stopped (or disabled
+            only): that is already so.
         type: bool
       state:
         description:

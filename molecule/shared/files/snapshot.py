@@ -1,11 +1,13 @@
 """What an uninstall must leave as it found it, read on the machine: every entry under /etc (type, mode, owner and
 content digest), dpkg's package selections, the enabled unit files, and the runtime's own effective config
-(`containerd config dump`, or `crio config`). Printed as one JSON object; with `--compare FILE [--ignore PATH ...]`,
-what differs from the one kept in FILE instead (empty lists and `config_same: true` when nothing does)."""
+(`containerd config dump`, or `crio config`). Printed as one JSON object; with `--compare FILE [--ignore PATTERN ...]`,
+what differs from the one kept in FILE instead (empty lists and `config_same: true` when nothing does). A pattern
+(fnmatch: `*` crosses `/`) leaves out the /etc paths, packages and units it matches."""
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import hashlib
 import json
 import os
@@ -54,11 +56,17 @@ def read() -> dict:
 
 
 def compare(before: dict, now: dict, ignore: list[str]) -> dict:
-    paths = sorted(p for p in set(before["etc"]) | set(now["etc"]) if p not in ignore and before["etc"].get(p) != now["etc"].get(p))
-    names = sorted(n for n in set(before["packages"]) | set(now["packages"]) if before["packages"].get(n) != now["packages"].get(n))
+    def kept(name: str) -> bool:
+        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in ignore)
+
+    def differ(a: dict, b: dict) -> list[str]:
+        return sorted(k for k in set(a) | set(b) if kept(k) and a.get(k) != b.get(k))
+
+    paths, names = differ(before["etc"], now["etc"]), differ(before["packages"], now["packages"])
     return {"etc": {p: [before["etc"].get(p), now["etc"].get(p)] for p in paths},
             "packages": {n: [before["packages"].get(n), now["packages"].get(n)] for n in names},
-            "units": sorted(set(before["units"]) ^ set(now["units"])), "config_same": before["config"] == now["config"]}
+            "units": sorted(u for u in set(before["units"]) ^ set(now["units"]) if kept(u)),
+            "config_same": before["config"] == now["config"]}
 
 
 def main() -> None:

@@ -242,7 +242,15 @@ def apply_units(module: AnsibleModule, units: list[UnitSpec], outcome: Outcome, 
         before: list[str] = []
         after: list[str] = []
         if unit.enabled is not None:
-            enabled = _enabled(run, systemctl, unit.name)
+            try:
+                enabled = _enabled(run, systemctl, unit.name)
+            except SpecError:
+                # A unit asked to be disabled (and stopped, or left as it is) that is not there at all (its package is
+                # gone: a second uninstall) is already what was asked.
+                if unit.enabled or unit.state not in (None, "stopped"):
+                    raise
+                outcome.units.append({"name": unit.name, "actions": []})
+                continue
             before.append(f"enabled: {str(enabled).lower()}")
             after.append(f"enabled: {str(unit.enabled).lower()}")
             if enabled != unit.enabled:

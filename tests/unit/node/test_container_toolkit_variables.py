@@ -87,8 +87,56 @@ def test_the_record_of_an_install_names_every_package_dpkg_newly_selected():
     output = json.loads((Path(__file__).parent / "recorded/jammy-apt-install-toolkit.json").read_text())["stdout"]
     assert "\r" in output
     templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_output": output})
-    assert templar.template(trust_as_template(task["loop"])) == ["libyaml-0-2", "nvidia-container-toolkit-base", "python3-tomlkit",
-                                                                 "python3-yaml"]
+    assert templar.template(trust_as_template(task["vars"]["__gpuops_node_record_names"])) == [
+        "libyaml-0-2", "nvidia-container-toolkit-base", "python3-tomlkit", "python3-yaml"]
+
+
+# apt-get install -s on the lab's Ubuntu 24.04 machine, cut down: new packages, an upgraded one (its installed version in
+# brackets), a removal, and the Conf lines that follow.
+SIMULATED = """\
+NOTE: This is only a simulation!
+      apt-get needs root privileges for real execution.
+Reading package lists...
+The following NEW packages will be installed:
+  dkms nvidia-dkms-580-server
+Inst libc6-dev [2.39-0ubuntu8.5] (2.39-0ubuntu8.6 Ubuntu:24.04/noble-updates [amd64])
+Remv nvidia-fabricmanager-570 [570.195.03-0ubuntu0.24.04.1]
+Inst dkms (3.0.11-1ubuntu13 Ubuntu:24.04/noble [all])
+Inst nvidia-dkms-580-server (580.95.05-0ubuntu0.24.04.2 Ubuntu:24.04/noble-updates [amd64])
+Inst libnvidia-compute-580-server:i386 (580.95.05-0ubuntu0.24.04.2 Ubuntu:24.04/noble-updates [i386])
+Conf dkms (3.0.11-1ubuntu13 Ubuntu:24.04/noble [all])
+Conf nvidia-dkms-580-server (580.95.05-0ubuntu0.24.04.2 Ubuntu:24.04/noble-updates [amd64])
+"""
+
+
+def test_the_record_of_a_planned_install_names_the_new_packages_only():
+    """node_common's record_planned, on apt-get's simulation: an upgrade of a package that was there and a removal are
+    not ours to purge."""
+    task = yaml.safe_load((ROOT / "roles/node_common/tasks/record_planned.yml").read_text())[1]
+    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_simulated": {"stdout": SIMULATED}})
+    assert templar.template(trust_as_template(task["vars"]["__gpuops_node_record_names"])) == [
+        "dkms", "nvidia-dkms-580-server", "libnvidia-compute-580-server"]
+    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_simulated": {"skipped": True}})
+    assert templar.template(trust_as_template(task["vars"]["__gpuops_node_record_names"])) == []
+
+
+def test_the_record_command_adds_each_name_once_and_says_what_it_added(tmp_path):
+    """record_write.yml's command, run here: the record and its directory are made, a name already there is not added
+    again, and its output (what changed_when reads) names the new ones only."""
+    import subprocess
+
+    task = yaml.safe_load((ROOT / "roles/node_common/tasks/record_write.yml").read_text())[0]
+    record = tmp_path / "gpuops-nvidia" / "driver-packages"
+    templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_record": str(record),
+                                                      "__gpuops_node_record_names": ["dkms", "gcc"]})
+    argv = templar.template(trust_as_template(task["ansible.builtin.command"]["argv"]))
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split("\n")[:2] == ["added dkms", "added gcc"]
+    templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_record": str(record),
+                                                      "__gpuops_node_record_names": ["gcc", "make"]})
+    argv = templar.template(trust_as_template(task["ansible.builtin.command"]["argv"]))
+    assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "added make\n"
+    assert record.read_text() == "dkms\ngcc\nmake\n"
+    assert oct(record.stat().st_mode & 0o777) == "0o644"
 
 
 def test_the_uninstall_purges_each_recorded_package_and_nothing_without_a_record():

@@ -182,6 +182,20 @@ def test_a_unit_the_node_lacks_is_named(node, systemd_version):
     assert res["failed"] and res["msg"] == "nope.service: no such unit on this node"
 
 
+@pytest.mark.parametrize("systemd_version", sorted(NOT_FOUND))
+def test_a_unit_asked_to_be_disabled_and_stopped_that_the_node_lacks_is_already_so(node, systemd_version):
+    """An uninstall's second run: the package that had the unit is purged; disabling it again is nothing to do."""
+    systemd = node.systemd
+    systemd.not_found = NOT_FOUND[systemd_version]
+    res = node.run(units=[{"name": "nope.service", "enabled": False, "state": "stopped"},
+                          {"name": "gone.service", "enabled": False}])
+    assert not res.get("failed") and not res["changed"] and [u["actions"] for u in res["units"]] == [[], []]
+    assert systemd.actions() == []
+    # Asked to run, or only to stay as it is while enabled: still an error.
+    res = node.run(units=[{"name": "nope.service", "enabled": False, "state": "started"}])
+    assert res["failed"] and res["msg"] == "nope.service: no such unit on this node"
+
+
 @pytest.mark.parametrize(("files", "units", "message"), [
     ([{"path": "relative/path", "content": ""}], [], "files[0] (relative/path): path must be absolute"),
     ([{"path": "/a", "content": "x"}, {"path": "/a", "state": "absent"}], [], "files[1] (/a): /a is listed twice"),
