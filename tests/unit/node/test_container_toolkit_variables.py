@@ -139,14 +139,10 @@ def test_the_record_command_adds_each_name_once_and_says_what_it_added(tmp_path)
     assert oct(record.stat().st_mode & 0o777) == "0o644"
 
 
-def test_the_uninstall_purges_each_recorded_package_and_nothing_without_a_record():
-    """node_common's purge_recorded reads the record back as one package per line (a first version split on a "\\n" that
-    the template never turned into a newline: apt got one name with the newlines in it, and purged nothing)."""
-    import base64
+def test_the_uninstall_reads_each_recorded_package_once():
+    """packages_purge reads a record as one package per line (a first version split on a "\\n" that the template never
+    turned into a newline: apt got one name with the newlines in it, and purged nothing)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.packages import read_record
 
-    task = next(t for t in yaml.safe_load((ROOT / "roles/node_common/tasks/purge_recorded.yml").read_text()) if t["name"] == "Purge them")
-    record = base64.b64encode(b"libyaml-0-2\npython3-yaml\n\nnvidia-container-toolkit-base\npython3-yaml\n").decode()
-    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_recorded": {"content": record}})
-    assert templar.template(trust_as_template(task["vars"]["__packages"])) == ["libyaml-0-2", "python3-yaml", "nvidia-container-toolkit-base"]
-    templar = Templar(loader=DataLoader(), variables={"__gpuops_node_recorded": {"failed": True}})
-    assert templar.template(trust_as_template(task["vars"]["__packages"])) == []
+    assert read_record("libyaml-0-2\npython3-yaml\n\nnvidia-container-toolkit-base\npython3-yaml\r\n") == [
+        "libyaml-0-2", "python3-yaml", "nvidia-container-toolkit-base"]
