@@ -69,7 +69,7 @@ options:
         description:
           - Enabled at boot, or not; left as it is when not given.
           - A unit the node does not have fails the call, unless it is asked to be disabled and stopped (or disabled
-            only): that is already so.
+            only), which is already so.
         type: bool
       state:
         description:

@@ -28,11 +28,6 @@ options:
     type: list
     elements: path
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -72,7 +72,11 @@ def node(tmp_path, monkeypatch):
     # something that kept no record, depends on nvidia-alternative.
     world = World({"python3-pynvml": ["libnvidia-ml1"], "libnvidia-ml1": ["nvidia-alternative"], "nvidia-alternative": [],
                    "pciutils": [], "nvidia-driver-bin": ["nvidia-alternative"], "bash": []})
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: world.run_command(self, argv, **kw))
+
+    def run_command(module, argv, **kw):
+        return world.run_command(module, argv, **kw)
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
     preflight = tmp_path / "preflight-packages"
     preflight.write_text("python3-pynvml\nlibnvidia-ml1\nnvidia-alternative\npciutils\n")
