@@ -28,6 +28,20 @@ options:
     type: list
     elements: path
     required: true
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_node
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Simulates the purge and reports what would go and what would stay; purges nothing and keeps the records.
+  diff_mode:
+    support: full
+    details:
+      - The packages that go, and each record's text before and after.
+  idempotent:
+    support: full
 """
 
 EXAMPLES = r"""

@@ -55,6 +55,11 @@ def read() -> dict:
     return {"etc": etc(), "packages": packages, "units": units, "config": config}
 
 
+def _installed(entry: str | None) -> bool:
+    """A dpkg-query line ("VERSION WANT ok installed") of an installed package."""
+    return entry is not None and entry.endswith(" ok installed")
+
+
 def compare(before: dict, now: dict, ignore: list[str]) -> dict:
     def kept(name: str) -> bool:
         return not any(fnmatch.fnmatchcase(name, pattern) for pattern in ignore)
@@ -63,8 +68,12 @@ def compare(before: dict, now: dict, ignore: list[str]) -> dict:
         return sorted(k for k in set(a) | set(b) if kept(k) and a.get(k) != b.get(k))
 
     paths, names = differ(before["etc"], now["etc"]), differ(before["packages"], now["packages"])
+    # A package installed before and after, at another version: apt upgraded it to satisfy an install's dependencies
+    # (gcc for DKMS needs a newer libgcc-s1). An uninstall does not downgrade; these are reported, not judged.
+    upgraded = [n for n in names if _installed(before["packages"].get(n)) and _installed(now["packages"].get(n))]
     return {"etc": {p: [before["etc"].get(p), now["etc"].get(p)] for p in paths},
-            "packages": {n: [before["packages"].get(n), now["packages"].get(n)] for n in names},
+            "packages": {n: [before["packages"].get(n), now["packages"].get(n)] for n in names if n not in upgraded},
+            "upgraded": {n: [before["packages"][n].split()[0], now["packages"][n].split()[0]] for n in upgraded},
             "units": sorted(u for u in set(before["units"]) ^ set(now["units"]) if kept(u)),
             "config_same": before["config"] == now["config"]}
 
