@@ -7,6 +7,7 @@ what differs from the one kept in FILE instead (empty lists and `config_same: tr
 from __future__ import annotations
 
 import argparse
+import difflib
 import fnmatch
 import hashlib
 import json
@@ -55,6 +56,27 @@ def read() -> dict:
     return {"etc": etc(), "packages": packages, "units": units, "config": config}
 
 
+def same_config(before: str, now: str) -> bool:
+    """The runtime's effective config the same: as TOML data where Python reads TOML (the order in which the runtime
+    prints tables and keys is not part of its config), else as text."""
+    if before == now:
+        return True
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10 (Ubuntu 22.04): the text decides
+        return False
+    try:
+        return tomllib.loads(before) == tomllib.loads(now)
+    except tomllib.TOMLDecodeError:
+        return False
+
+
+def config_diff(before: str, now: str, limit: int = 60) -> list[str]:
+    """What differs in the config's text, for the judge's message."""
+    lines = list(difflib.unified_diff(before.splitlines(), now.splitlines(), "before", "now", n=1, lineterm=""))
+    return lines[:limit]
+
+
 def _installed(entry: str | None) -> bool:
     """A dpkg-query line ("VERSION WANT ok installed") of an installed package."""
     return entry is not None and entry.endswith(" ok installed")
@@ -75,7 +97,8 @@ def compare(before: dict, now: dict, ignore: list[str]) -> dict:
             "packages": {n: [before["packages"].get(n), now["packages"].get(n)] for n in names if n not in upgraded},
             "upgraded": {n: [before["packages"][n].split()[0], now["packages"][n].split()[0]] for n in upgraded},
             "units": sorted(u for u in set(before["units"]) ^ set(now["units"]) if kept(u)),
-            "config_same": before["config"] == now["config"]}
+            "config_same": same_config(before["config"], now["config"]),
+            **({} if same_config(before["config"], now["config"]) else {"config_diff": config_diff(before["config"], now["config"])})}
 
 
 def main() -> None:
