@@ -146,3 +146,16 @@ def test_the_uninstall_reads_each_recorded_package_once():
 
     assert read_record("libyaml-0-2\npython3-yaml\n\nnvidia-container-toolkit-base\npython3-yaml\r\n") == [
         "libyaml-0-2", "python3-yaml", "nvidia-container-toolkit-base"]
+
+
+@pytest.mark.parametrize(("recommends", "flag"), [(None, True), (False, True), (True, False)])
+def test_the_simulation_installs_recommended_packages_as_the_install_does(recommends, flag):
+    """record_planned's apt-get -s: without --no-install-recommends for an install with apt's default (the rdma role's),
+    else ibverbs-providers (recommended by libibverbs1) went unrecorded, and the uninstall left it and what it needs."""
+    task = yaml.safe_load((ROOT / "roles/node_common/tasks/record_planned.yml").read_text())[0]
+    variables = {"gpuops_node_packages_planned": ["rdma-core"]}
+    if recommends is not None:
+        variables["gpuops_node_packages_recommends"] = recommends
+    argv = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(task["ansible.builtin.command"]["argv"]))
+    assert ("--no-install-recommends" in argv) is flag and argv[-1] == "rdma-core" and argv[:3] == ["apt-get", "install", "-s"]
+
