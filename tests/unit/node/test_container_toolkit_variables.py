@@ -158,4 +158,3 @@ def test_the_simulation_installs_recommended_packages_as_the_install_does(recomm
         variables["gpuops_node_packages_recommends"] = recommends
     argv = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(task["ansible.builtin.command"]["argv"]))
     assert ("--no-install-recommends" in argv) is flag and argv[-1] == "rdma-core" and argv[:3] == ["apt-get", "install", "-s"]
-
