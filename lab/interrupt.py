@@ -23,12 +23,40 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import LabError
+from .machines import process_start, same_process
+
+
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every process below pid, as (pid, start) pairs (machines.process_start), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[tuple[int, int]] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        start = process_start(child)
+        if start is not None:
+            found.append((child, start))
+        todo.extend(children.get(child, []))
+    return found
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL the process group led by pid (started with start_new_session), if it is still there."""
+    """SIGKILL the process group led by pid (started with start_new_session), if it is still there, and every process
+    below pid that left the group: Ansible's worker processes call setsid(), so a group kill missed them, and each
+    interrupted run left its worker sleeping on a dead machine's SSH (found after CI, parented to init)."""
+    below = descendants(pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    for child, start in below:
+        if same_process(child, start):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
 
 
 def run_until(command: list[str], until: str, *, log: Path, timeout: float = 900.0, interval: float = 0.5,

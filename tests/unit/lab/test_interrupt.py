@@ -51,3 +51,17 @@ def test_a_check_that_never_passes_times_out_and_kills(tmp_path):
         run_until(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"], "false", log=tmp_path / "out.log",
                   interval=0.05, timeout=0.5)
     assert not alive(int(pid_file.read_text()))
+
+
+def test_a_child_that_left_the_group_is_killed_too(tmp_path):
+    """Ansible's workers call setsid(): a kill of the group alone left them running after every interrupted run."""
+    flag = tmp_path / "flag"
+    pids = tmp_path / "pids"
+    script = f"setsid sleep 60 & echo $! > {pids}; sleep 0.3; touch {flag}; wait"
+    run_until(["sh", "-c", script], f"test -e {flag}", log=tmp_path / "out.log", interval=0.05, timeout=30)
+    child = int(pids.read_text().split()[0])
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
