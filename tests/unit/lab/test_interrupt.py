@@ -64,4 +64,3 @@ def test_a_child_that_left_the_group_is_killed_too(tmp_path):
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child)
-
