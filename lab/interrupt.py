@@ -23,23 +23,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import LabError
-from .machines import process_start, same_process
+from .machines import same_process
 
 
 def descendants(pid: int) -> list[tuple[int, int]]:
     """Every process below pid, as (pid, start) pairs (machines.process_start), read from /proc."""
-    children: dict[int, list[int]] = {}
+    # One read of each /proc/PID/stat gives the parent and the start; a zombie (state Z) has no start, as in
+    # machines.process_start.
+    children: dict[int, list[tuple[int, int | None]]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        start = None if fields[0] == "Z" else int(fields[19])
+        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), start))
     found: list[tuple[int, int]] = []
     todo = list(children.get(pid, []))
     while todo:
-        child = todo.pop()
-        start = process_start(child)
+        child, start = todo.pop()
         if start is not None:
             found.append((child, start))
         todo.extend(children.get(child, []))
