@@ -127,12 +127,11 @@ def test_the_record_command_adds_each_name_once_and_says_what_it_added(tmp_path)
 
     task = yaml.safe_load((ROOT / "roles/node_common/tasks/record_write.yml").read_text())[0]
     record = tmp_path / "gpuops-nvidia" / "driver-packages"
-    templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_record": str(record),
-                                                      "__gpuops_node_record_names": ["dkms", "gcc"]})
+    records = {"__gpuops_node_records": {"driver": str(record)}, "gpuops_node_packages_record": "driver"}
+    templar = Templar(loader=DataLoader(), variables={**records, "__gpuops_node_record_names": ["dkms", "gcc"]})
     argv = templar.template(trust_as_template(task["ansible.builtin.command"]["argv"]))
     assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split("\n")[:2] == ["added dkms", "added gcc"]
-    templar = Templar(loader=DataLoader(), variables={"gpuops_node_packages_record": str(record),
-                                                      "__gpuops_node_record_names": ["gcc", "make"]})
+    templar = Templar(loader=DataLoader(), variables={**records, "__gpuops_node_record_names": ["gcc", "make"]})
     argv = templar.template(trust_as_template(task["ansible.builtin.command"]["argv"]))
     assert subprocess.run(argv, capture_output=True, text=True, check=True).stdout == "added make\n"
     assert record.read_text() == "dkms\ngcc\nmake\n"
@@ -158,3 +157,26 @@ def test_the_simulation_installs_recommended_packages_as_the_install_does(recomm
         variables["gpuops_node_packages_recommends"] = recommends
     argv = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(task["ansible.builtin.command"]["argv"]))
     assert ("--no-install-recommends" in argv) is flag and argv[-1] == "rdma-core" and argv[:3] == ["apt-get", "install", "-s"]
+
+
+def _node_common_vars(**inventory):
+    """node_common's vars/main.yml, templated as a play would, with the inventory's variables."""
+    raw = yaml.safe_load((ROOT / "roles/node_common/vars/main.yml").read_text())
+    templar = Templar(loader=DataLoader(), variables={**raw, **inventory})
+    return {name: templar.template(trust_as_template(path)) for name, path in raw["__gpuops_node_records"].items()}
+
+
+def test_each_record_path_is_written_once_and_the_driver_s_follows_its_state_dir():
+    """The roles name their records; node_common's vars hold the paths. The driver's record sits in
+    gpuops_driver_state_dir where the inventory moves it: the uninstall role, which never loads the driver role's
+    defaults, must purge it from there (a list of literal paths missed it)."""
+    assert _node_common_vars()["driver"] == "/etc/gpuops-nvidia/driver-packages"
+    moved = _node_common_vars(gpuops_driver_state_dir="/var/lib/site/gpu")
+    assert moved["driver"] == "/var/lib/site/gpu/driver-packages"
+    assert moved["fabric_manager"] == "/etc/gpuops-nvidia/fabric-manager-packages"
+    names = set(yaml.safe_load((ROOT / "roles/node_common/meta/argument_specs.yml").read_text())
+                ["argument_specs"]["record_packages"]["options"]["gpuops_node_packages_record"]["choices"])
+    assert names == set(moved)
+    literal = [str(p.relative_to(ROOT)) for p in (ROOT / "roles").rglob("tasks/*.yml")
+               if "-packages" in p.read_text() and "/etc/gpuops-nvidia" in p.read_text()]
+    assert literal == []
