@@ -32,7 +32,7 @@ REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report -
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
-.PHONY: help venv lab-deps collection demo test test-steps caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
+.PHONY: help venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
@@ -155,8 +155,17 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 # molecule from 2241, lab clusters any free one). lab-test's output goes to a file, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
 LAB_TEST_LOG := .build/lab-test.log
-test-steps: venv lab-deps collection unit lint sanity caches side-by-side
+test-steps: venv lab-deps collection checks caches side-by-side
 	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))"
+
+# unit, lint and sanity at once, each into .build/NAME.log (where `lab time failures` looks), printed after in this
+# order: each is mostly one busy process, so on 2 cores the three take about as long as the longest, not their sum.
+CHECKS := unit lint sanity
+checks: venv collection ## unit, lint and sanity side by side, their output printed after
+	@mkdir -p .build; pids=; for s in $(CHECKS); do \
+	  $(MAKE) --no-print-directory $$s > .build/$$s.log 2>&1 & pids="$$pids $$!"; done; rc=0; \
+	  for p in $$pids; do wait $$p || rc=1; done; \
+	  for s in $(CHECKS); do echo "==== $$s: .build/$$s.log ===="; cat .build/$$s.log; done; exit $$rc
 
 caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images, cluster binaries and toolkit repository
 	$(TIME) caches bash -c '$(LAB) image && $(LAB) cluster build && $(LAB) repo build'
@@ -173,7 +182,7 @@ test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SC
 	@rc=0; $(MAKE) --no-print-directory test-fast-steps MOLECULE_SCENARIOS="$(FAST_SCENARIO)" || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 15 || true; exit $$rc
 
-test-fast-steps: venv lab-deps collection unit lint sanity molecule
+test-fast-steps: venv lab-deps collection checks molecule
 
 bench: venv lab-deps collection ## the measured figures (no-op runs, first install, upgrade, 1000 nodes) into docs/bench.md
 	$(PY) -m lab.bench $(BENCH_ARGS)

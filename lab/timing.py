@@ -132,8 +132,11 @@ def failed_steps(rows: list[Row]) -> list[str]:
 
 
 def step_log(build_dir: Path, name: str) -> Path:
-    """Where a step's output is kept: molecule/runtime in molecule-runtime.log, lab-test in lab-test.log."""
-    return build_dir / (name.replace("/", "-") + ".log")
+    """Where a step's output is kept: molecule/runtime in molecule-runtime.log, lab-test in lab-test.log; a part of a
+    step without its own (lint/mypy) in its step's (lint.log, which `make checks` writes)."""
+    own = build_dir / (name.replace("/", "-") + ".log")
+    whole = build_dir / (name.split("/", 1)[0] + ".log")
+    return own if own.exists() or not whole.exists() else whole
 
 
 def print_failures(log: Path, build_dir: Path) -> None:

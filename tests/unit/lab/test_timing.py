@@ -144,3 +144,15 @@ def test_failures_are_printed_for_the_failed_steps_only(tmp_path, capsys):
     assert "test_not_this_one" not in out
     # lab-test failed but left no log here: nothing to print for it, and no error.
     assert "lab-test" not in out
+
+
+def test_a_part_of_a_step_is_read_from_its_step_s_log(tmp_path, capsys):
+    """`make checks` keeps lint's whole output in lint.log; lint/mypy, which failed, has no log of its own."""
+    log = tmp_path / "timing.tsv"
+    log.write_text("lint/ruff\t1.0\t2.0\t0\nlint/mypy\t3.0\t4.0\t1\n")
+    (tmp_path / "lint.log").write_text("plugins/x.py:3: error: Incompatible types\nFAILED lint/mypy\n")
+    timing.print_failures(log, tmp_path)
+    out = capsys.readouterr().out
+    assert "==== lint/mypy failed; its last failures, from " + str(tmp_path / "lint.log") in out
+    assert "FAILED lint/mypy" in out
+    assert timing.step_log(tmp_path, "molecule/cluster") == tmp_path / "molecule-cluster.log"
