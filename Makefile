@@ -38,10 +38,23 @@ FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failur
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | sort
 
+# The venvs are built once per requirements into the lab's cache, outside the repository, and linked here: a fresh
+# clone (CI) finds them there instead of installing again (half a minute each). The key hashes the requirements files
+# and the Python's version; a lock keeps two checkouts from building the same one at once, and a venv whose install
+# did not finish (no .complete) is built again.
+LAB_CACHE := $(or $(GPUOPS_LAB_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpuops-lab)
+VENV_CACHE := $(LAB_CACHE)/venv
+# $(call cached_venv,LINK,REQUIREMENTS...): the last requirements file is the one installed (it includes the others).
+define cached_venv
+	key=$$({ cat $(2); $(PYTHON) -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16); \
+	  d=$(VENV_CACHE)/$(patsubst .%,%,$(notdir $(1)))-$$key; mkdir -p $(VENV_CACHE) $(dir $(1)); \
+	  ( flock 9; [ -f $$d/.complete ] || { rm -rf $$d && $(PYTHON) -m venv $$d && $$d/bin/pip install -q --upgrade pip \
+	    && $$d/bin/pip install -q -r $(lastword $(2)) && touch $$d/.complete; } ) 9>$$d.lock; \
+	  rm -rf $(1) && ln -sfn $$d $(1) && echo "$(1): $$d"
+endef
+
 $(BIN)/.installed: requirements.txt requirements-test.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-test.txt
+	$(call cached_venv,$(VENV),requirements.txt requirements-test.txt)
 	touch $@
 
 venv: $(BIN)/.installed ## install the pinned Python tools into .venv
@@ -104,8 +117,8 @@ TOMLKIT_TESTS := tests/unit/node/test_container_runtime.py
 
 unit: venv collection ## unit tests (the containerd config edits once more per distribution tomlkit)
 	$(TIME) unit bash -c 'set -e; $(BIN)/pytest tests/unit; for v in $(DISTRO_TOMLKITS); do \
-	  [ -d .build/tomlkit/$$v/tomlkit ] || $(BIN)/pip install -q --no-deps --target .build/tomlkit/$$v tomlkit==$$v; \
-	  echo "tomlkit $$v:"; PYTHONPATH=.build/tomlkit/$$v $(BIN)/pytest -q -p no:cacheprovider $(TOMLKIT_TESTS); done'
+	  [ -d $(LAB_CACHE)/tomlkit/$$v/tomlkit ] || $(BIN)/pip install -q --no-deps --target $(LAB_CACHE)/tomlkit/$$v tomlkit==$$v; \
+	  echo "tomlkit $$v:"; PYTHONPATH=$(LAB_CACHE)/tomlkit/$$v $(BIN)/pytest -q -p no:cacheprovider $(TOMLKIT_TESTS); done'
 
 lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansible-lint (production profile)
 	$(TIME) lint/ruff $(BIN)/ruff check .
@@ -114,9 +127,7 @@ lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansib
 	$(TIME) lint/antsibull-changelog $(BIN)/antsibull-changelog lint
 
 $(SANITY_VENV)/.installed: requirements-sanity.txt
-	$(PYTHON) -m venv $(SANITY_VENV)
-	$(SANITY_VENV)/bin/pip install -q --upgrade pip
-	$(SANITY_VENV)/bin/pip install -q -r requirements-sanity.txt
+	$(call cached_venv,$(SANITY_VENV),requirements-sanity.txt)
 	touch $@
 
 sanity: venv ## ansible-test sanity on a copy of the collection at its namespace path
