@@ -1,6 +1,6 @@
 # gpuops.nvidia: `make demo` and `make test` work on a fresh machine (root, Debian/Ubuntu host).
-# Everything is installed by the targets below: Python tools into .venv (pinned), the lab's host
-# packages with apt, lab images into ~/.cache/gpuops-lab (reused while fresh).
+# Everything is installed by the targets below: Python tools (pinned) into venvs in ~/.cache/gpuops-lab, linked at
+# .venv, the lab's host packages with apt, lab images into ~/.cache/gpuops-lab (reused while fresh).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
