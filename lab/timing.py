@@ -95,7 +95,10 @@ def read_begin(path: Path | None) -> float | None:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FRAME = re.compile(r"^\s*│ ?")
 _HEADER = re.compile(r"^(TASK|PLAY|RUNNING HANDLER) \[|^PLAY RECAP|^_{3,} .* _{3,}$|^={3,} .* ={3,}$|^INFO |^DETAILS")
-_FAILURE = re.compile(r"fatal: \[|FAILED! =>|^failed: \[|lab: error:|^ERROR |^FAILED |^E  ")
+# The checks' own failure lines too: mypy's "path:3: error:", ruff's "path:3:1: F401", ansible-test's "ERROR: " and
+# ansible-lint's summary.
+_FAILURE = re.compile(r"fatal: \[|FAILED! =>|^failed: \[|lab: error:|^ERROR[ :]|^FAILED |^E  |^\S+:\d+: error: "
+                      r"|^\S+:\d+:\d+: [A-Z]+\d+ |^Failed: \d+ failure")
 _IGNORED = "...ignoring"
 
 

@@ -156,3 +156,18 @@ def test_a_part_of_a_step_is_read_from_its_step_s_log(tmp_path, capsys):
     assert "==== lint/mypy failed; its last failures, from " + str(tmp_path / "lint.log") in out
     assert "FAILED lint/mypy" in out
     assert timing.step_log(tmp_path, "molecule/cluster") == tmp_path / "molecule-cluster.log"
+
+
+@pytest.mark.parametrize("line", [
+    "plugins/modules/x.py:3: error: Incompatible types in assignment  [assignment]",
+    "lab/timing.py:12:5: F401 [*] `os` imported but unused",
+    "ERROR: .venv/:0:0: symlinks to directories are not allowed",
+    "Failed: 2 failure(s), 0 warning(s) on 409 files.",
+])
+def test_the_checks_failure_lines_are_found(line):
+    assert timing.failure_blocks("==== lint ====\nsome output\n" + line + "\n") == [["==== lint ====", "  " + line]]
+
+
+def test_passing_checks_output_holds_no_failure():
+    assert timing.failure_blocks("All checks passed!\nSuccess: no issues found in 80 source files\n"
+                                 "Passed: 0 failure(s), 0 warning(s) in 409 files\n64 passed in 1.26s\n") == []
