@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -56,9 +57,20 @@ def read() -> dict:
     return {"etc": etc(), "packages": packages, "units": units, "config": config}
 
 
+_IMPORTS = re.compile(r"^imports = \[(.*)\]$", re.M)
+
+
+def normalise(config: str) -> str:
+    """The config with its `imports` list sorted: containerd 1.x's `config dump` lists the files it loaded from a Go
+    map (LoadConfig's "Fix up the list of config files loaded"), in a new order each time it runs."""
+    return _IMPORTS.sub(lambda m: "imports = [" + ", ".join(sorted(i.strip() for i in m[1].split(",") if i.strip())) + "]",
+                        config)
+
+
 def same_config(before: str, now: str) -> bool:
     """The runtime's effective config the same: as TOML data where Python reads TOML (the order in which the runtime
-    prints tables and keys is not part of its config), else as text."""
+    prints tables and keys is not part of its config), else as text; the imports in any order (normalise)."""
+    before, now = normalise(before), normalise(now)
     if before == now:
         return True
     try:
@@ -73,7 +85,8 @@ def same_config(before: str, now: str) -> bool:
 
 def config_diff(before: str, now: str, limit: int = 60) -> list[str]:
     """What differs in the config's text, for the judge's message."""
-    lines = list(difflib.unified_diff(before.splitlines(), now.splitlines(), "before", "now", n=1, lineterm=""))
+    lines = list(difflib.unified_diff(normalise(before).splitlines(), normalise(now).splitlines(), "before", "now", n=1,
+                                      lineterm=""))
     return lines[:limit]
 
 
