@@ -23,7 +23,7 @@ description:
     whether Fabric Manager is required.
   - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
-  - The structure is versioned by C(schema_version) (4 since the RDMA stack joined it).
+  - The structure is versioned by C(schema_version) (5 since the operating system joined it).
   - Never changes anything; always returns C(changed=false).
 author:
   - gpuops.nvidia maintainers (@gpuops)
@@ -173,6 +173,12 @@ gpu_info:
               (C(/usr/src/ofa_kernel), which C(nvidia-peermem) builds against).
           type: dict
           sample: {modules: [mlx5_core, mlx5_ib, ib_core, ib_uverbs], ofed: {present: false, version: null, kernel_source: false}}
+        os:
+          description:
+            - The operating system as C(/etc/os-release) names it, C(id) and C(version_id) (null where missing); the
+              driver container's image tag and its DaemonSets per OS are made of them.
+          type: dict
+          sample: {id: ubuntu, version_id: "24.04"}
     nvml:
       description: The driver's view, read in one NVML session.
       type: dict

@@ -18,6 +18,8 @@ module its version (node.modules.version), and
 derived.fabric_manager names what the node runs (mode: none, fabricmanager, nvlsm, imex).
 Version 4: the node's RDMA stack (node.rdma): the RDMA and GPUDirect kernel modules loaded, and a host
 MLNX_OFED or DOCA-OFED (ofed_info, /usr/src/ofa_kernel).
+Version 5: the node's operating system as os-release names it (node.os: id, version_id), which the driver
+container's image tag and its DaemonSets per OS are made of.
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
 `X | None` values of keys that are always present.
@@ -27,8 +29,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-SchemaVersion = Literal[4]
-SCHEMA_VERSION: Final = 4
+SchemaVersion = Literal[5]
+SCHEMA_VERSION: Final = 5
 
 NvmlStatus = Literal["ok", "binding_missing", "library_not_found", "driver_not_loaded", "error"]
 SecureBoot = Literal["enabled", "disabled", "not_efi", "unknown"]
@@ -116,12 +118,20 @@ class RdmaState(TypedDict):
     ofed: OfedState
 
 
+class OsRelease(TypedDict):
+    """/etc/os-release's ID and VERSION_ID ('ubuntu', '24.04'; 'debian', '12'); None where the file lacks them."""
+
+    id: str | None
+    version_id: str | None
+
+
 class NodeState(TypedDict):
     modules: ModulesState
     secure_boot: SecureBoot
     kernel: KernelState
     image_build: bool
     rdma: RdmaState
+    os: OsRelease
 
 
 # ---------------------------------------------------------------------------------------------------

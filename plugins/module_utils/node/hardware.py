@@ -16,6 +16,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import
     ModuleFlavour,
     NodeState,
     OfedState,
+    OsRelease,
     PciDevice,
     PciFacts,
     PciGpu,
@@ -212,6 +213,17 @@ def rdma_state(loaded: list[str], filesystem_root: str = "/") -> RdmaState:
     return {"modules": [m for m in RDMA_MODULES if m in loaded], "ofed": ofed_state(filesystem_root)}
 
 
+def os_release(filesystem_root: str = "/") -> OsRelease:
+    """ID and VERSION_ID of os-release (/etc/os-release, else /usr/lib/os-release), unquoted; None where missing."""
+    text = read_text(os.path.join(filesystem_root, "etc/os-release")) or read_text(os.path.join(filesystem_root, "usr/lib/os-release")) or ""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key in ("ID", "VERSION_ID"):
+            values[key] = value.strip().strip("\"'")
+    return {"id": values.get("ID") or None, "version_id": values.get("VERSION_ID") or None}
+
+
 def node_state(root: str) -> NodeState:
     """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
     loaded = read_loaded_modules(root)
@@ -226,4 +238,5 @@ def node_state(root: str) -> NodeState:
         "kernel": kernel_state(root),
         "image_build": is_image_build(),
         "rdma": rdma_state(loaded),
+        "os": os_release(),
     }

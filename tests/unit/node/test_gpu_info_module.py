@@ -77,3 +77,21 @@ def test_the_package_lists_age_is_read_as_apts_cache_valid_time_reads_it(tmp_pat
     assert gpu_info.package_lists_age(now=10_000) == 1_000
     # A clock set back never makes an age below zero.
     assert gpu_info.package_lists_age(now=8_000) == 0
+
+
+@pytest.mark.parametrize(("text", "where", "expected"), [
+    ('PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n', "etc/os-release",
+     {"id": "ubuntu", "version_id": "24.04"}),
+    ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nVERSION_ID="12"\nID=debian\n', "usr/lib/os-release",
+     {"id": "debian", "version_id": "12"}),
+    ("ID='rocky'\nVERSION_ID='9.4'\n", "etc/os-release", {"id": "rocky", "version_id": "9.4"}),
+    ("ID=arch\n", "etc/os-release", {"id": "arch", "version_id": None}),
+    (None, "etc/os-release", {"id": None, "version_id": None}),
+])
+def test_the_operating_system_is_read_as_os_release_names_it(tmp_path, text, where, expected):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import hardware
+
+    if text is not None:
+        (tmp_path / where).parent.mkdir(parents=True)
+        (tmp_path / where).write_text(text)
+    assert hardware.os_release(str(tmp_path)) == expected
