@@ -62,6 +62,13 @@ options:
     description: Allow a host driver on a node recorded as set for the containerized driver.
     type: bool
     default: false
+  remove_host_driver:
+    description:
+      - With O(method=containerized), plan to purge a host driver (every driver package, C(remove); the held ones and a
+        held Fabric Manager in C(unhold)) instead of refusing it.
+    type: bool
+    default: false
+    version_added: 0.2.0
   cuda_repo_url:
     description: Base URL of the CUDA repository (NVIDIA's, or an internal mirror with the same layout).
     type: str
@@ -120,7 +127,8 @@ plan:
   description:
     - What the driver role installs, with the same keys for every method and package source.
     - With O(method=containerized) only C(family), C(repository), C(method), C(image_build) and C(modprobe_options) are
-      set; with O(offline=true) the packages are not planned (C(packages) is empty, C(install) false).
+      set, and C(remove) and C(unhold) where a host driver is to go (O(remove_host_driver)); with O(offline=true) the
+      packages are not planned (C(packages) is empty, C(install) false).
     - C(cuda_repo) is set for the CUDA repository, C(rhel) (module stream, packages, versionlock) on the RHEL family;
       C(warnings) says why the plan differs from the request (Debian's open modules lagging its userspace).
     - C(boot_kernel) is the newest installed kernel when the node boots it next and it is not C(kernel) (a kernel
@@ -142,6 +150,7 @@ plan:
     packages: [nvidia-headless-no-dkms-580-server-open, nvidia-utils-580-server, linux-modules-nvidia-580-server-open-6.8.0-151-generic]
     install: true
     unhold: []
+    remove: []
     cuda_repo: null
     rhel: null
     warnings: []
@@ -195,6 +204,7 @@ def main() -> None:
             "compute_only": {"type": "bool", "default": True},
             "allow_branch_change": {"type": "bool", "default": False},
             "allow_method_change": {"type": "bool", "default": False},
+            "remove_host_driver": {"type": "bool", "default": False},
             "cuda_repo_url": {"type": "str", "default": "https://developer.download.nvidia.com/compute/cuda/repos"},
             "repo_ready": {"type": "bool", "default": False},
             "offline": {"type": "bool", "default": False},

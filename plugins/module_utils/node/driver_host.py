@@ -237,6 +237,7 @@ class DriverRequest:
     recommendation: KernelModuleType  # the facts' derived recommendation, or {} without one
     running_kernel: str | None
     root: str = "/"
+    remove_host_driver: bool = False  # containerized: purge a host driver instead of refusing
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], gpu_info: Mapping[str, Any], root: str = "/") -> DriverRequest:
@@ -254,12 +255,13 @@ class DriverRequest:
             gpus=gpu_info.get("pci", {}).get("gpus", []),
             recommendation=gpu_info.get("derived", {}).get("kernel_module_type", {}),
             running_kernel=node.get("kernel", {}).get("running"), root=root,
+            remove_host_driver=bool(params.get("remove_host_driver")),
         )
 
 
 # The keys of the module's `plan`, in the order it returns them.
 PLAN_KEYS = ("family", "repository", "method", "image_build", "branch", "module_type", "module_type_reason", "kernel",
-             "kernel_reason", "boot_kernel", "packages", "install", "unhold", "cuda_repo", "rhel", "warnings", "modprobe_options")
+             "kernel_reason", "boot_kernel", "packages", "install", "unhold", "remove", "cuda_repo", "rhel", "warnings", "modprobe_options")
 
 
 @dataclass
@@ -282,6 +284,7 @@ class DriverPlan:
     packages: list[str] = field(default_factory=list)
     install: bool = False
     unhold: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)  # containerized: the host driver's packages to purge
     cuda_repo: dict[str, str] | None = None
     rhel: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
@@ -320,7 +323,10 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
                       marker=_read_marker(request.state_dir), modprobe_options=driver.modprobe_options(request.module_options),
                       installed=installed)
     if method == "containerized":
-        _refuse_host_driver(installed)
+        plan.remove = _host_driver_to_remove(installed, request.remove_host_driver)
+        if plan.remove:
+            # Held packages cannot go, nor can a held Fabric Manager that depends on the driver.
+            plan.unhold = sorted(set(installed["held"]) | {n for n, p in everything.items() if FM_FAMILY.match(n) and p["held"]})
         return plan
     _refuse_method_change(request, plan.marker)
     module_type, why = driver.resolve_module_type(request.kernel_module_type, request.gpus, request.recommendation, branch)
@@ -390,15 +396,19 @@ def make_plan(params: Mapping[str, Any], gpu_info: Mapping[str, Any], host: Host
     return plan_driver(DriverRequest.from_params(params, gpu_info, root), host).result()
 
 
-def _refuse_host_driver(installed: Mapping[str, Any]) -> None:
-    """The containerized driver and a host driver fight over the GPUs."""
-    if installed["modules"]:
-        packages = installed["packages"]
-        raise driver.PlanError(
-            "gpuops_driver_method",
-            f"'containerized': a host driver is installed ({installed['version'] or 'unknown version'}: "
-            f"{', '.join(packages[:6])}{' ...' if len(packages) > 6 else ''}); "
-            "two drivers fight over the GPUs: remove the host driver first")
+def _host_driver_to_remove(installed: Mapping[str, Any], remove: bool) -> list[str]:
+    """The containerized driver and a host driver fight over the GPUs: the host driver's packages to purge when asked
+    (all of them), else a refusal that names them; none without a host driver."""
+    if not installed["modules"]:
+        return []
+    packages = list(installed["packages"])
+    if remove:
+        return packages
+    raise driver.PlanError(
+        "gpuops_driver_method",
+        f"'containerized': a host driver is installed ({installed['version'] or 'unknown version'}: {', '.join(packages)}); "
+        "two drivers fight over the GPUs: remove these packages first, or set gpuops_driver_remove_host_driver: true "
+        "for the role to purge them")
 
 
 def _refuse_method_change(request: DriverRequest, marker: str | None) -> None:

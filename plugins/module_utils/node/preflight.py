@@ -28,6 +28,7 @@ class Settings(TypedDict, total=False):
     driver_repository: str  # distro, cuda
     fabricmanager_enabled: bool
     nouveau_managed: bool  # the nouveau role runs before the driver
+    driver_container_precompiled: bool  # containerized: the images carry precompiled, signed modules
 
 
 def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
@@ -62,7 +63,7 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             "driver loads after a reboot (gpuops_nouveau_reboot: true reboots)" if managed else
             "run the gpuops.nvidia.nouveau role (blacklist, rebuild the initramfs) and reboot",
         ))
-    if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms"):
+    if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms", "containerized"):
         found.append(_finding("mixed_module_types", "blocker", derived["kernel_module_type"]["error"],
                               "put GPUs that need different kernel module types in different nodes"))
     if node["secure_boot"] == "enabled" and method in UNSIGNED_METHODS:
@@ -71,6 +72,14 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             f"Secure Boot is on and the {method} method builds kernel modules that are not signed",
             "use the precompiled, signed modules (gpuops_driver_method: precompiled) or enrol a MOK and sign DKMS modules",
         ))
+    if node["secure_boot"] == "enabled" and method == "containerized" and not settings.get("driver_container_precompiled", False):
+        found.append(_finding(
+            "secure_boot_unsigned", "blocker",
+            "Secure Boot is on and the driver container builds its kernel modules on the node, unsigned",
+            "use the driver container's precompiled images, whose modules are signed (gpuops_driver_container_precompiled: true), "
+            "or enrol a MOK and sign the modules",
+        ))
+    # The driver container needs no headers on the host: it builds against its own (or loads precompiled modules).
     if method == "dkms" and not node["kernel"]["headers_installed"]:
         found.append(_finding(
             "kernel_headers_missing", "warning",

@@ -204,6 +204,24 @@ def test_containerized_refuses_a_host_driver_and_a_host_method_refuses_the_marke
         driver_host.make_plan(request(state_dir=str(state)), info_of("hgx-h100"), FakeHost("noble").host(), root("6.8.0-151-generic"))
 
 
+def test_containerized_names_every_host_driver_package_and_purges_them_when_asked(info_of, root):
+    dpkg = ("libnvidia-compute-580-server\t580.178.04-0ubuntu0.24.04.1\thi \n"
+            "nvidia-dkms-580-server-open\t580.178.04-0ubuntu0.24.04.1\thi \n"
+            "nvidia-utils-580-server\t580.178.04-0ubuntu0.24.04.1\tii \n"
+            "nvidia-fabricmanager-580\t580.178.04-0ubuntu0.24.04.1\thi \n")
+    with pytest.raises(PlanError) as refused:
+        driver_host.make_plan(request(method="containerized"), info_of("hgx-h100"), FakeHost("noble", dpkg).host(), root())
+    assert ("libnvidia-compute-580-server, nvidia-dkms-580-server-open, nvidia-utils-580-server); two drivers fight over the GPUs: "
+            "remove these packages first, or set gpuops_driver_remove_host_driver: true") in str(refused.value)
+    out = driver_host.make_plan(request(method="containerized", remove_host_driver=True), info_of("hgx-h100"),
+                                FakeHost("noble", dpkg).host(), root())
+    assert out["plan"]["remove"] == ["libnvidia-compute-580-server", "nvidia-dkms-580-server-open", "nvidia-utils-580-server"]
+    assert out["plan"]["unhold"] == ["libnvidia-compute-580-server", "nvidia-dkms-580-server-open", "nvidia-fabricmanager-580"]
+    # Nothing to remove without a host driver, whatever is asked.
+    out = driver_host.make_plan(request(method="containerized", remove_host_driver=True), info_of("hgx-h100"), FakeHost("noble").host(), root())
+    assert out["plan"]["remove"] == [] and out["plan"]["unhold"] == []
+
+
 def test_a_marker_that_cannot_be_read_is_an_error_not_an_absent_marker(info_of, root, tmp_path):
     # Only a missing marker means "no method recorded"; one that exists but cannot be read must not let a
     # host install go ahead over a containerized driver.

@@ -21,6 +21,9 @@ def ids(found, severity="blocker"):
         ("l40s", ("Debian", "12"), {**DEFAULTS, "driver_method": "none"}, []),
         ("gh200", ("Ubuntu", "24"), DEFAULTS, []),
         ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "dkms"}, ["secure_boot_unsigned"]),
+        # The driver container builds its modules on the node unless its images are precompiled (and signed).
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "containerized"}, ["secure_boot_unsigned"]),
+        ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "containerized", "driver_container_precompiled": True}, []),
         # auto is precompiled from Ubuntu's archive, DKMS from Debian's or from the CUDA repository.
         ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto"}, []),
         ("gh200", ("Ubuntu", "24"), {**DEFAULTS, "driver_method": "auto", "driver_repository": "cuda"}, ["secure_boot_unsigned"]),
@@ -54,6 +57,9 @@ def test_nouveau_is_a_warning_when_the_nouveau_role_follows(info_of):
 def test_missing_headers_warn_for_dkms_as_the_driver_role_installs_them(info_of):
     found = findings(info_of("v100"), "Debian", "12", {**DEFAULTS, "driver_method": "dkms"})
     assert "kernel_headers_missing" in ids(found, "warning")
+    # The driver container builds against its own headers: the host's are not needed.
+    found = findings(info_of("v100"), "Debian", "12", {**DEFAULTS, "driver_method": "containerized"})
+    assert "kernel_headers_missing" not in ids(found, "warning")
 
 
 def test_mixed_module_types_block(info_of):
