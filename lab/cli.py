@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cluster.add_subparsers(dest="cluster_cmd", required=True)
     cup = csub.add_parser("up", help="start the control plane and create the nodes (one per lab machine by default)")
     cup.add_argument("--nodes", type=int, default=0, help="also create N simulated GPU nodes of mixed profiles")
-    cup.add_argument("--node", action="append", metavar="NAME=PROFILE[:DISTRO]", help="also create this node; repeatable")
+    cup.add_argument("--node", action="append", metavar="NAME=PROFILE[:DISTRO[:KERNEL]]", help="also create this node; repeatable")
     cup.add_argument("--no-machines", action="store_true", help="no nodes for the lab machines")
     cup.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the control plane and the nodes")
     cup.set_defaults(func=cmd_cluster_up)

@@ -47,11 +47,12 @@ _OS_RELEASE = {"ubuntu": "ubuntu", "debian": "debian"}
 
 @dataclass
 class NodeSpec:
-    """A simulated node: its name, hardware profile and distribution."""
+    """A simulated node: its name, hardware profile, distribution and kernel (the controller's by default)."""
 
     name: str
     profile: str
     distro: str = "noble"
+    kernel: str | None = None
 
 
 @dataclass
@@ -104,7 +105,7 @@ def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
 def node_manifest(spec: NodeSpec, kernel: str | None = None) -> dict:
     """A KWOK node for a lab machine or a scale node: NFD-style labels, CPU/memory/pods, no GPU capacity."""
     profile = load_profile(spec.profile)
-    kernel = kernel or os.uname().release
+    kernel = spec.kernel or kernel or os.uname().release
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
     return {
         "apiVersion": "v1",
@@ -136,16 +137,17 @@ def scale_nodes(count: int) -> list[NodeSpec]:
 
 
 def parse_node_spec(text: str) -> NodeSpec:
-    """NAME=PROFILE[:DISTRO] as given on the command line."""
+    """NAME=PROFILE[:DISTRO[:KERNEL]] as given on the command line."""
     name, sep, rest = text.partition("=")
-    profile, _colon, distro = rest.partition(":")
+    profile, _colon, rest = rest.partition(":")
+    distro, _colon, kernel = rest.partition(":")
     if not sep or not name or not profile:
-        raise LabError(f"--node {text!r}: expected NAME=PROFILE[:DISTRO]")
+        raise LabError(f"--node {text!r}: expected NAME=PROFILE[:DISTRO[:KERNEL]]")
     if profile not in profile_names():
         raise LabError(f"--node {text!r}: unknown hardware profile {profile!r} (known: {', '.join(profile_names())})")
     if distro and distro not in DISTROS:
         raise LabError(f"--node {text!r}: unknown distribution {distro!r} (known: {', '.join(sorted(DISTROS))})")
-    return NodeSpec(name, profile, distro or "noble")
+    return NodeSpec(name, profile, distro or "noble", kernel or None)
 
 
 class Cluster:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .distros import DISTROS
 from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
 
@@ -44,18 +45,33 @@ def profile_facts(profile_name: str, machine: str, collections_path: str | None 
     return json.loads(out.stdout)
 
 
-def cluster_inventory(nodes: list[tuple[str, str]], group_vars: dict | None = None, host_vars: dict | None = None) -> dict:
-    """An inventory of the given (node name, profile) hosts in gpu_nodes, each with its profile's facts.
+def node_facts(facts: dict, distro: str | None = None, kernel: str | None = None) -> dict:
+    """A profile's facts as a node of this distribution (os-release's ID and VERSION_ID) and running kernel reports them."""
+    if not distro and not kernel:
+        return facts
+    node = dict(facts["node"])
+    if distro:
+        found = DISTROS[distro]
+        node["os"] = {"id": found.family, "version_id": found.version}
+    if kernel:
+        node["kernel"] = {**node["kernel"], "running": kernel}
+    return {**facts, "node": node}
+
+
+def cluster_inventory(nodes: list[tuple[str, ...]], group_vars: dict | None = None, host_vars: dict | None = None) -> dict:
+    """An inventory of the given (node name, profile[, distribution[, kernel]]) hosts in gpu_nodes, each with its
+    profile's facts (as a node of that distribution and kernel reports them, where given: lab/cluster.py's NodeSpec).
 
     Facts are read once per profile (a host's GPU uuids then repeat across hosts of a profile, which nothing
     on the cluster side reads); hosts are never connected to: every task on them is skipped.
     """
     facts = {}
     hosts = {}
-    for name, profile in nodes:
+    for name, profile, *rest in nodes:
         if profile not in facts:
             facts[profile] = profile_facts(profile, f"lab-{profile}")
-        hosts[name] = {"ansible_connection": "local", "gpuops_gpu_info": facts[profile], **(host_vars or {}).get(name, {})}
+        info = node_facts(facts[profile], *rest)
+        hosts[name] = {"ansible_connection": "local", "gpuops_gpu_info": info, **(host_vars or {}).get(name, {})}
     return {"all": {"vars": group_vars or {}, "children": {"gpu_nodes": {"hosts": hosts}}}}
 
 
