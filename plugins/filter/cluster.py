@@ -9,6 +9,7 @@ from typing import Any, cast
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
@@ -44,8 +45,40 @@ def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = Non
         # Computed here, from the full facts, so that only the slim part is kept for a thousand nodes.
         row["gfd_labels"] = _gfd_labels(info, hv.get("gpuops_device_plugin_config"), gfd)
         row["gpudirect"] = cluster.gpudirect(info, hv.get("gpuops_rdma"))
+        rdma = hv.get("gpuops_rdma")
+        ofed = ((info.get("node") or {}).get("rdma") or {}).get("ofed") or {}
+        rdma = rdma if isinstance(rdma, dict) else {}
+        # A host OFED: found on the node, or the rdma role's stack (DOCA-OFED it installs, or the one it found).
+        row["rdma"] = {"peermem": bool(rdma.get("peermem")), "host_ofed": bool(ofed.get("present")) or rdma.get("stack") in ("doca", "host")}
+        row["driver"] = _driver(hv)
         nodes[name] = row
     return nodes
+
+
+def _driver(hv: Any) -> dict:
+    """How the node's driver is run: the driver role's method where it ran (gpuops_driver), else the host's setting;
+    and the host driver packages its facts name (a few, for a message)."""
+    fact = hv.get("gpuops_driver")
+    fact = fact if isinstance(fact, dict) else {}
+    method = fact.get("method") or hv.get("gpuops_driver_method") or "auto"
+    return {"method": str(method), "packages": [str(p) for p in list(fact.get("packages") or [])[:6]]}
+
+
+def driver_container_leftovers(found: Any, plan: dict, namespace: str, served: Any) -> list:
+    """The driver DaemonSets found (k8s_info's resources) whose pool is gone, and when no node is served any more the
+    rest of the driver container's objects: definitions to delete."""
+    names = [str(o["metadata"]["name"]) for o in list(found or [])]
+    return driver_container.leftovers(names, list(plan.get("pools") or []), str(namespace), bool(served))
+
+
+def driver_container_nodes(nodes: Any) -> list:
+    """The GPU nodes the driver container serves (set for it, without a host driver)."""
+    return driver_container.driver_container_nodes(nodes if isinstance(nodes, dict) else {})
+
+
+def driver_wait(image: str) -> dict:
+    """The init container, command prefix, mounts and volumes with which a GPU component waits for its node's driver."""
+    return driver_container.wait_parts(str(image))
 
 
 def cluster_run_nodes(nodes: dict, hosts: list) -> dict:
@@ -60,7 +93,22 @@ def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
 
 
 def cluster_node_labels(nodes: dict, components: list) -> dict:
-    return {name: cluster.node_labels(row["info"], components) for name, row in nodes.items()}
+    out = {}
+    for name, row in nodes.items():
+        labels = cluster.node_labels(row["info"], components)
+        if cluster_facts.gpu_count(row["info"]):
+            labels[driver_container.LABEL_DEPLOY_DRIVER] = driver_container.deploy_label(row)
+        out[name] = labels
+    return out
+
+
+def driver_container_pools(nodes: dict, settings: dict) -> dict:
+    """The driver DaemonSets' pools, the nodes left out (each with why) and every error in the settings or the pools."""
+    errors = driver_container.check_settings(settings)
+    precompiled = bool(settings.get("precompiled"))
+    version = driver_container.branch(settings) if precompiled else str(settings.get("version") or "")
+    found, left_out = driver_container.pools(nodes, str(settings.get("image") or ""), version, precompiled)
+    return {"pools": found, "left_out": left_out, "errors": errors or driver_container.check_pools(found, precompiled)}
 
 
 def _selection(nodes: dict, key: str, default: str) -> dict:
@@ -271,6 +319,10 @@ class FilterModule:
         return {
             "cluster_nodes": cluster_nodes,
             "cluster_node_labels": cluster_node_labels,
+            "driver_container_pools": driver_container_pools,
+            "driver_container_leftovers": driver_container_leftovers,
+            "driver_container_nodes": driver_container_nodes,
+            "driver_wait": driver_wait,
             "hosts_without": hosts_without,
             "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,

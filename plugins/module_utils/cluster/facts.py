@@ -58,12 +58,23 @@ class SlimNvml(TypedDict):
     gpus: list[SlimGpu]
 
 
+class SlimOs(TypedDict):
+    id: str | None
+    version_id: str | None
+
+
+class SlimNode(TypedDict):
+    os: SlimOs | None  # None in facts from before gpu_info's schema 5
+    kernel: str | None  # the running kernel
+
+
 class SlimFacts(TypedDict):
     """The part of gpu_info the cluster side reads."""
 
     summary: SlimSummary
     pci: SlimPci
     nvml: SlimNvml
+    node: SlimNode
 
 
 class MigProfileSpan(TypedDict):
@@ -79,7 +90,7 @@ class GpuModel(TypedDict):
 
 def slim(info: GpuInfo) -> SlimFacts:
     """GPU count and MIG capability, each GPU's bus id, PCI device id, name and MIG state (its devices' profiles),
-    and the MIG profile table of the first GPU of each model only.
+    the MIG profile table of the first GPU of each model only, and the node's OS and running kernel.
     """
     pci: list[SlimPciGpu] = [{"bus_id": g["bus_id"], "device_id": g["device_id"]} for g in info["pci"]["gpus"]]
     ids = {g["bus_id"]: g["device_id"] for g in pci}
@@ -98,8 +109,12 @@ def slim(info: GpuInfo) -> SlimFacts:
                              "devices": [{"profile": d["profile"]} for d in mig["devices"]],
                              "profiles": profiles}})
     summary = info["summary"]
+    node = info.get("node") or {}
+    found = node.get("os")
     return {"summary": {"gpu_count": summary["gpu_count"], "mig_capable": summary["mig_capable"]},
-            "pci": {"gpus": pci}, "nvml": {"gpus": gpus}}
+            "pci": {"gpus": pci}, "nvml": {"gpus": gpus},
+            "node": {"os": {"id": found.get("id"), "version_id": found.get("version_id")} if isinstance(found, dict) else None,
+                     "kernel": (node.get("kernel") or {}).get("running")}}
 
 
 def gpu_count(info: SlimFacts) -> int:

@@ -163,3 +163,22 @@ def test_the_single_strategy_is_refused_where_a_nodes_mig_config_leaves_a_layout
     hv["a100"]["gpuops_mig_manager_config"] = "gpu1"
     nodes = cluster_nodes(list(hv), hv, {"gpuops_mig_manager_config": ""})
     assert "leaves 1 of its 2 GPUs in MIG mode" in mig_errors(custom, nodes, "all-disabled", mig_strategy="single")[0]
+
+
+def test_each_node_carries_how_its_driver_runs_its_rdma_stack_and_os(hostvars, info_of):
+    old_schema = copy.deepcopy(info_of("l40s"))
+    del old_schema["node"]["os"]
+    hosts = {**hostvars, "l40s": {"gpuops_gpu_info": old_schema, "gpuops_driver_method": "containerized",
+                                  "gpuops_rdma": {"peermem": True, "stack": "doca"}},
+             "h100-a": {"gpuops_gpu_info": info_of("hgx-h100"), "gpuops_driver_method": "containerized",
+                        "gpuops_driver": {"method": "precompiled", "packages": [f"p{i}" for i in range(9)]}}}
+    nodes = cluster_nodes(list(hosts), hosts, KEYS)
+    # The driver role's method where it ran wins over the setting; a few of its packages are kept, for a message.
+    assert nodes["h100-a"]["driver"] == {"method": "precompiled", "packages": ["p0", "p1", "p2", "p3", "p4", "p5"]}
+    assert nodes["l40s"]["driver"] == {"method": "containerized", "packages": []}
+    assert nodes["cpu"]["driver"] == {"method": "auto", "packages": []}
+    assert nodes["l40s"]["rdma"] == {"peermem": True, "host_ofed": True}
+    assert nodes["h100-b"]["rdma"] == {"peermem": False, "host_ofed": False}
+    # Facts from before gpu_info's schema 5 name no OS; the running kernel is there either way.
+    assert nodes["l40s"]["info"]["node"]["os"] is None and nodes["l40s"]["info"]["node"]["kernel"]
+    assert nodes["h100-b"]["info"]["node"]["os"]["id"]

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs a GPU component once this node's driver is there (gpuops.nvidia, clusters with the containerized driver):
+# the driver container's, once its startup probe wrote its marker, or a host driver (its nvidia-smi on the host).
+# Exports NVIDIA_DRIVER_ROOT and the same root as this container sees it (CONTAINER_DRIVER_ROOT, DRIVER_ROOT_CTR_PATH),
+# then runs the command given; without one it only waits (an init container).
+# HOST_ROOT: where the pod mounts the host's / (default /host); GPUOPS_WAIT_SECONDS: between two looks (default 5).
+host="${HOST_ROOT:-/host}"
+while :; do
+  if [ -f "$host/run/nvidia/validations/.driver-ctr-ready" ]; then
+    root=/run/nvidia/driver
+    break
+  fi
+  if [ -x "$host/usr/bin/nvidia-smi" ]; then
+    root=/
+    break
+  fi
+  echo "waiting for the NVIDIA driver on this node (the driver container's marker or a host driver)"
+  sleep "${GPUOPS_WAIT_SECONDS:-5}"
+done
+NVIDIA_DRIVER_ROOT="$root"
+CONTAINER_DRIVER_ROOT="$host${root%/}"
+DRIVER_ROOT_CTR_PATH="$CONTAINER_DRIVER_ROOT"
+export NVIDIA_DRIVER_ROOT CONTAINER_DRIVER_ROOT DRIVER_ROOT_CTR_PATH
+echo "NVIDIA_DRIVER_ROOT=$NVIDIA_DRIVER_ROOT CONTAINER_DRIVER_ROOT=$CONTAINER_DRIVER_ROOT"
+[ "$#" -eq 0 ] || exec "$@"
