@@ -31,6 +31,9 @@ The MIG manager (migmgr_sim.py): while a MIG manager pod runs on a node, the con
 `nvidia.com/mig.config` label names is applied (state pending, then success or failed), and the device plugin
 and GFD stand-ins advertise and label the node's GPUs in the layout it gives.
 
+The DRA driver's kubelet plugin (dra_sim.py): while its pod runs on a node, the node's ResourceSlice is published
+from its profile, in the MIG layout above, and removed with the last pod; the real scheduler allocates claims from it.
+
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
 when a plugin unregisters. The roles are tested for what they change; nothing is preset.
 """
@@ -46,14 +49,15 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import gfd_sim, migmgr_sim
+from . import dra_sim, gfd_sim, migmgr_sim
 from .hardware import load_profile
 
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
 MPS_APP = "nvidia-device-plugin-mps-control-daemon"
 GFD_APP = "gpu-feature-discovery"
 MIG_APP = "nvidia-mig-manager"
-SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP},{MIG_APP})"
+DRA_APP = dra_sim.PLUGIN_APP
+SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP},{MIG_APP},{DRA_APP})"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 
@@ -154,6 +158,8 @@ class Simulator:
         self.mig_fail: dict[str, bool] = {}  # node -> annotated to make its MIG changes fail
         self.pods: dict[str, dict[str, PluginPod]] = {}  # node -> {pod uid: how it runs} of running plugin pods
         self.mps: dict[str, set[str]] = {}  # node -> uids of its running MPS control daemon pods
+        self.dra: dict[str, set[str]] = {}  # node -> uids of its running DRA kubelet plugin pods
+        self.slices: dict[str, dict | None] = {}  # node -> the ResourceSlice spec last published for it (None: none)
         self.applied: dict[str, dict[str, int]] = {}
         self.profiles: dict[str, dict | None] = {}
         self.labels: dict[str, str | None] = {}  # node -> its nvidia.com/device-plugin.config
@@ -202,7 +208,7 @@ class Simulator:
                 # it failed (or applied) is applied again.
                 self.mig_applied.pop(name, None)
             self.mig_label[name] = mig
-            if self.pods.get(name) or self.gfd.get(name) or self.migmgr.get(name):
+            if self.pods.get(name) or self.gfd.get(name) or self.migmgr.get(name) or self.dra.get(name):
                 self.sync(name)
 
     def configmap_changed(self, cm, deleted: bool = False) -> None:
@@ -219,11 +225,11 @@ class Simulator:
 
     def resync(self, pods) -> None:
         """After a (re)list: the listed pods are all there is; nodes whose pods went meanwhile drop theirs."""
-        before = set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr)
-        self.pods, self.mps, self.gfd, self.migmgr = {}, {}, {}, {}
+        before = set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr) | set(self.dra)
+        self.pods, self.mps, self.gfd, self.migmgr, self.dra = {}, {}, {}, {}, {}
         for pod in pods:
             self.observe(pod, sync=False)
-        for node in sorted(before | set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr)):
+        for node in sorted(before | set(self.pods) | set(self.mps) | set(self.gfd) | set(self.migmgr) | set(self.dra)):
             self.sync(node)
 
     def observe(self, pod, deleted: bool = False, sync: bool = True) -> None:
@@ -246,6 +252,12 @@ class Simulator:
                 gfd[pod.metadata.uid] = plugin_pod(pod)
             else:
                 gfd.pop(pod.metadata.uid, None)
+        elif app == DRA_APP:
+            plugins = self.dra.setdefault(node, set())
+            if running:
+                plugins.add(pod.metadata.uid)
+            else:
+                plugins.discard(pod.metadata.uid)
         elif app == MPS_APP:
             daemons = self.mps.setdefault(node, set())
             if running:
@@ -265,6 +277,38 @@ class Simulator:
         self.sync_mig(node)
         self.sync_plugin(node)
         self.sync_gfd(node)
+        self.sync_dra(node)
+
+    def sync_dra(self, node: str) -> None:
+        """The node's ResourceSlice while a DRA kubelet plugin pod runs there, in the node's current MIG layout."""
+        if self.custom is None or (not self.dra.get(node) and self.slices.get(node) is None):
+            return
+        args = ("resource.k8s.io", "v1", "resourceslices")
+        body = None
+        if self.dra.get(node):
+            uid = self.api.read_node(node).metadata.uid
+            body = dra_sim.resource_slice(node, self._profile(node), (node, uid))
+        spec = body["spec"] if body else None
+        if self.slices.get(node, "unknown") == spec:
+            return
+        name = dra_sim.slice_name(node)
+        try:
+            current = self.custom.get_cluster_custom_object(*args, name)
+        except Exception as exc:  # not there (404)
+            if getattr(exc, "status", None) != 404:
+                raise
+            current = None
+        if body is None:
+            if current is not None:
+                self.custom.delete_cluster_custom_object(*args, name)
+        elif current is None:
+            self.custom.create_cluster_custom_object(*args, body)
+        else:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            self.custom.replace_cluster_custom_object(*args, name, body)
+        self.slices[node] = spec
+        count = len(spec["devices"]) if spec else 0
+        print(f"{time.strftime('%H:%M:%S')} {node}: ResourceSlice with {count} device(s)", flush=True)
 
     def sync_mig(self, node: str) -> None:
         """Apply the node's MIG config label, while a MIG manager pod runs there and it is not applied yet."""
