@@ -9,6 +9,7 @@ from typing import Any, cast
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra as cluster_dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
@@ -65,9 +66,9 @@ def _driver(hv: Any) -> dict:
 
 
 def driver_container_leftovers(found: Any, plan: dict, namespace: str, served: Any) -> list:
-    """The driver DaemonSets found (k8s_info's resources) whose pool is gone, and when no node is served any more the
+    """Of the collection's DaemonSets (names), the driver's whose pool is gone, and when no node is served any more the
     rest of the driver container's objects: definitions to delete."""
-    names = [str(o["metadata"]["name"]) for o in list(found or [])]
+    names = [str(n) for n in list(found or []) if str(n).startswith(driver_container.DAEMONSET_PREFIX)]
     return driver_container.leftovers(names, list(plan.get("pools") or []), str(namespace), bool(served))
 
 
@@ -81,6 +82,42 @@ def driver_wait(image: str) -> dict:
     return driver_container.wait_parts(str(image))
 
 
+def dra_errors(nodes: dict, gates: Any, root: str) -> list:
+    """What the DRA role refuses in its own settings: unknown or clashing feature gates, several driver roots."""
+    return cluster_dra.check_feature_gates(gates) + cluster_dra.driver_root(nodes, str(root or ""))[1]
+
+
+def dra_feature_gates_env(gates: Any) -> str:
+    """The DRA driver's FEATURE_GATES: Name=true,Name=false."""
+    return cluster_dra.feature_gates_env(gates if isinstance(gates, dict) else {})
+
+
+def dra_driver_root(nodes: dict, root: str) -> str:
+    """The DRA plugin's driver root: the one set, else the driver container's where it serves every GPU node, else /."""
+    return cluster_dra.driver_root(nodes, str(root or ""))[0]
+
+
+def dra_api_errors(info: Any) -> list:
+    """Whether the cluster serves resource.k8s.io/v1, from kubernetes.core.k8s_cluster_info's result."""
+    info = info if isinstance(info, dict) else {}
+    server = ((info.get("version") or {}).get("server") or {}).get("kubernetes") or {}
+    return cluster_dra.check_api(info.get("apis") or {}, str(server.get("gitVersion") or ""))
+
+
+def dra_expected_devices(nodes: dict, mig_applied: dict | None = None) -> dict:
+    """Node -> the devices the DRA plugin publishes there (whole GPUs, MIG devices per profile), in the MIG layout a
+    config applied in this run gives (node -> its mig-parted entries)."""
+    out = {}
+    for name, row in nodes.items():
+        info = row["info"]
+        if not cluster_facts.gpu_count(info):
+            continue
+        if mig_applied and name in mig_applied:
+            info = cluster.apply_mig_config(info, mig_applied[name])
+        out[name] = cluster_dra.devices(info)
+    return out
+
+
 def cluster_run_nodes(nodes: dict, hosts: list) -> dict:
     """The nodes whose host is one of `hosts` (those of a --limit run)."""
     wanted = set(hosts)
@@ -92,12 +129,13 @@ def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
     return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
 
 
-def cluster_node_labels(nodes: dict, components: list) -> dict:
-    out = {}
+def cluster_node_labels(nodes: dict, components: list, absent: list | None = None) -> dict:
+    out: dict[str, dict[str, str | None]] = {}
     for name, row in nodes.items():
-        labels = cluster.node_labels(row["info"], components)
+        labels: dict[str, str | None] = dict(cluster.node_labels(row["info"], components))
         if cluster_facts.gpu_count(row["info"]):
             labels[driver_container.LABEL_DEPLOY_DRIVER] = driver_container.deploy_label(row)
+            labels.update({key: None for key in absent or [] if key not in labels})
         out[name] = labels
     return out
 
@@ -323,6 +361,11 @@ class FilterModule:
             "driver_container_leftovers": driver_container_leftovers,
             "driver_container_nodes": driver_container_nodes,
             "driver_wait": driver_wait,
+            "dra_errors": dra_errors,
+            "dra_driver_root": dra_driver_root,
+            "dra_feature_gates_env": dra_feature_gates_env,
+            "dra_api_errors": dra_api_errors,
+            "dra_expected_devices": dra_expected_devices,
             "hosts_without": hosts_without,
             "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,

@@ -92,6 +92,16 @@ options:
         computed from show the layout before the change).
     type: dict
     default: {}
+  dra:
+    description:
+      - The GPUs are scheduled with NVIDIA's DRA driver (C(gpuops_gpu_scheduling=dra)) - each Node's devices are read from
+        the ResourceSlices of driver C(gpu.nvidia.com), counted as C(gpu.nvidia.com/gpu) (whole GPUs) and
+        C(gpu.nvidia.com/mig-<profile>) (MIG devices), which is what O(expected) then names; the smoke test's pod claims
+        one device through the ResourceClaimTemplate C(gpuops-validation-gpu) or C(gpuops-validation-mig) in O(namespace)
+        (the dra role applies them).
+    type: bool
+    default: false
+    version_added: 0.2.0
 extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
@@ -231,6 +241,14 @@ class KubeCluster:
             return []  # the reason is a courtesy; the Job's own state is reported without it
         return [self.api.sanitize_for_serialization(p) for p in pods]
 
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        from kubernetes import client
+
+        custom = client.CustomObjectsApi(self.api)
+        found = self._call("listing the ResourceSlices",
+                           lambda: custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices"))
+        return list(found.get("items") or [])
+
 
 def main() -> None:
     module = AnsibleModule(
@@ -246,6 +264,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 300},
             "gfd_labels": {"type": "dict", "default": {}},
             "mig_configs": {"type": "dict", "default": {}},
+            "dra": {"type": "bool", "default": False},
             **AUTH_ARGS,
         },
         supports_check_mode=True,
@@ -257,7 +276,7 @@ def main() -> None:
     settings = Settings(namespace=p["namespace"], image=p["image"], command=tuple(p["command"]),
                         image_pull_secrets=tuple(p["image_pull_secrets"]), runtime_class_name=p["runtime_class_name"],
                         timeout=p["timeout"], smoke_test=p["smoke_test"],
-                        smoke_nodes=None if p["smoke_nodes"] is None else frozenset(p["smoke_nodes"]))
+                        smoke_nodes=None if p["smoke_nodes"] is None else frozenset(p["smoke_nodes"]), dra=p["dra"])
     cluster = KubeCluster(connect(module))
     try:
         result = validate(cluster, expected, settings, MonotonicClock(), gfd_expected=gfd_labels, check_mode=module.check_mode,

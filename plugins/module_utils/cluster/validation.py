@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import gfd
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra, gfd
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import in_parallel
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import replicated
 
@@ -89,6 +89,9 @@ class Cluster(Protocol):
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """The Job's pods as the API serialises them (camelCase keys)."""
 
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        """The ResourceSlices (resource.k8s.io/v1) as the API serialises them: with DRA, what the nodes publish."""
+
 
 class Clock(Protocol):
     def now(self) -> float: ...
@@ -118,6 +121,9 @@ class Settings:
     # None: every Node; else only these, and any Node that was not right at the first read (it was changing).
     smoke_nodes: frozenset[str] | None = None
     poll: float = 2.0
+    # GPUs scheduled with the DRA driver: the Nodes' devices are read from their ResourceSlices (dra.slice_devices's
+    # counts), and the smoke test claims one through the claim templates the dra role applies.
+    dra: bool = False
 
 
 @dataclass
@@ -164,9 +170,23 @@ def job_name(node: str) -> str:
 def request_for(expected: dict[str, int]) -> str | None:
     """The resource the smoke test asks for: a whole GPU if the Node has one, else its first MIG or shared one."""
     names = sorted(n for n, v in expected.items() if int(v) > 0)
-    if "nvidia.com/gpu" in names:
-        return "nvidia.com/gpu"
+    for whole in ("nvidia.com/gpu", dra.GPU):
+        if whole in names:
+            return whole
     return names[0] if names else None
+
+
+# With DRA, the smoke test's pod claims its device through one of these ResourceClaimTemplates (the dra role's): a
+# whole GPU, or any MIG device.
+CLAIM_TEMPLATES = {"gpu": "gpuops-validation-gpu", "mig": "gpuops-validation-mig"}
+
+
+def _claim(resource: str) -> dict[str, Any] | None:
+    """The pod's resource claim for a DRA device kind (gpu.nvidia.com/gpu, gpu.nvidia.com/mig-<profile>), else None."""
+    if not resource.startswith(dra.DRIVER + "/"):
+        return None
+    kind = "gpu" if resource == dra.GPU else "mig"
+    return {"name": "gpu", "resourceClaimTemplateName": CLAIM_TEMPLATES[kind]}
 
 
 def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict[str, Any]:
@@ -186,6 +206,10 @@ def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         }],
     }
+    claim = _claim(resource)
+    if claim:
+        pod["resourceClaims"] = [claim]
+        pod["containers"][0]["resources"] = {"claims": [{"name": claim["name"]}]}
     if settings.runtime_class_name:
         pod["runtimeClassName"] = settings.runtime_class_name
     if settings.image_pull_secrets:
@@ -310,12 +334,16 @@ def _mig_row(labels: dict[str, str], config: str) -> dict[str, Any]:
 
 
 def _read_nodes(cluster: Cluster, report: dict[str, dict[str, Any]], gfd_expected: dict[str, dict[str, str] | None],
-                mig_configs: dict[str, str]) -> None:
+                mig_configs: dict[str, str], use_dra: bool = False) -> None:
     nodes = {n.name: n for n in cluster.list_nodes()}
+    published = dra.slice_devices(cluster.list_resource_slices()) if use_dra else {}
     for name, row in report.items():
         node = nodes.get(name)
         row["present"] = node is not None
-        row["allocatable"] = dict(node.allocatable) if node else {}
+        if use_dra:
+            row["allocatable"] = dict(published.get(name, {})) if node else {}
+        else:
+            row["allocatable"] = dict(node.allocatable) if node else {}
         row["allocatable_ok"] = node is not None and not allocatable_diff(row["expected"], row["allocatable"])
         if name in mig_configs:
             row["mig"] = _mig_row(node.labels if node else {}, mig_configs[name])
@@ -388,7 +416,7 @@ def validate(cluster: Cluster, expected: dict[str, dict[str, int]], settings: Se
     deadline = started + settings.timeout
     unsettled_at_first: set[str] | None = None
     while True:
-        _read_nodes(cluster, report, gfd_expected, mig_configs)
+        _read_nodes(cluster, report, gfd_expected, mig_configs, settings.dra)
         if unsettled_at_first is None:
             unsettled_at_first = {name for name, row in report.items() if not _settled(row) or name in mig_configs}
         if check_mode or all(_settled(r) for r in report.values()) or clock.now() >= deadline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -120,6 +121,37 @@ def test_success_runs_one_job_per_node_and_leaves_nothing():
     assert result.jobs == {"created": 2, "replaced": [], "left": []}
     assert result.changed is False
     assert cluster.node_lists == 1  # right at once: no second list
+
+
+class DraCluster(FakeCluster):
+    """The same Nodes, whose devices are in ResourceSlices (the DRA driver's) and not in their allocatable."""
+
+    def __init__(self, clock: Clock, slices: list[dict[str, Any]], nodes: dict[str, dict[str, int]]) -> None:
+        super().__init__(clock, {name: {} for name in nodes})
+        self.slices = slices
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        return self.slices
+
+
+def _slice(node: str, *kinds: str) -> dict[str, Any]:
+    devices = [{"name": f"d{i}", "attributes": {"type": {"string": k.split(":")[0]},
+                                                **({"profile": {"string": k.split(":")[1]}} if ":" in k else {})}}
+               for i, k in enumerate(kinds)]
+    return {"spec": {"driver": "gpu.nvidia.com", "nodeName": node, "devices": devices}}
+
+
+def test_with_dra_the_devices_are_read_from_the_resource_slices_and_the_job_claims_one():
+    clock = Clock()
+    expected = {"h100": {"gpu.nvidia.com/gpu": 2}, "a100": {"gpu.nvidia.com/gpu": 1, "gpu.nvidia.com/mig-1g.10gb": 1}}
+    cluster = DraCluster(clock, [_slice("h100", "gpu", "gpu"), _slice("a100", "gpu", "mig:1g.10gb")], expected)
+    settings = dataclasses.replace(SETTINGS, dra=True)
+    result = validate(cluster, expected, settings, clock, run="r1")
+    assert result.msg == "" and {n: r["job"] for n, r in result.nodes.items()} == {"h100": "succeeded", "a100": "succeeded"}
+    # One device short on the H100 node: named with the kind, expected and seen.
+    cluster = DraCluster(clock, [_slice("h100", "gpu"), _slice("a100", "gpu", "mig:1g.10gb")], expected)
+    result = validate(cluster, expected, dataclasses.replace(settings, timeout=4), clock, run="r2")
+    assert "h100: gpu.nvidia.com/gpu expected 2, seen 1 after 4s" in result.msg, result.msg
 
 
 def test_the_job_asks_for_a_whole_gpu_else_the_first_mig_profile():
