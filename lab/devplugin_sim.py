@@ -252,18 +252,13 @@ class Simulator:
                 gfd[pod.metadata.uid] = plugin_pod(pod)
             else:
                 gfd.pop(pod.metadata.uid, None)
-        elif app == DRA_APP:
-            plugins = self.dra.setdefault(node, set())
+        elif app in (DRA_APP, MPS_APP):
+            # Pods whose presence alone counts: the DRA plugin's, the MPS control daemon's.
+            uids = (self.dra if app == DRA_APP else self.mps).setdefault(node, set())
             if running:
-                plugins.add(pod.metadata.uid)
+                uids.add(pod.metadata.uid)
             else:
-                plugins.discard(pod.metadata.uid)
-        elif app == MPS_APP:
-            daemons = self.mps.setdefault(node, set())
-            if running:
-                daemons.add(pod.metadata.uid)
-            else:
-                daemons.discard(pod.metadata.uid)
+                uids.discard(pod.metadata.uid)
         else:
             on_node = self.pods.setdefault(node, {})
             if running:

@@ -92,7 +92,7 @@ def test_a_daemonset_per_os_runs_where_labelled_and_the_components_wait_for_the_
     assert res.returncode == 0, res.stdout[-4000:]
 
     labels = nvidia_labels(kubeconfig)
-    assert {n: labels[n].get("nvidia.com/gpu.deploy.driver") for n, *_ in NODES} == {
+    assert {n: labels[n].get("nvidia.com/gpu.deploy.driver") for n, *_rest in NODES} == {
         **dict.fromkeys(CONTAINERIZED, "true"), "d-host": "pre-installed", "d-cpu": None}
 
     sets = driver_daemonsets(kubeconfig)

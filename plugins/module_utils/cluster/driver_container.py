@@ -56,7 +56,7 @@ class Pool(TypedDict):
 
 def os_tag(os_id: str, version_id: str) -> str:
     """The operator's OS tag: ID and VERSION_ID, the major version only for the RHEL family."""
-    version = version_id.split(".")[0] if os_id in MAJOR_ONLY else version_id
+    version = version_id.split(".", maxsplit=1)[0] if os_id in MAJOR_ONLY else version_id
     return f"{os_id}{version}"
 
 
@@ -157,7 +157,7 @@ def pools(nodes: Mapping[str, Mapping[str, Any]], repository: str, version: str,
         if key not in grouped:
             selector = {LABEL_DEPLOY_DRIVER: "true", LABEL_OS_ID: str(os_id)}
             if os_id in MAJOR_ONLY:
-                selector[LABEL_OS_MAJOR] = str(version_id).split(".")[0]
+                selector[LABEL_OS_MAJOR] = str(version_id).split(".", maxsplit=1)[0]
             else:
                 selector[LABEL_OS_VERSION] = str(version_id)
             if kernel:
@@ -222,7 +222,7 @@ def check_settings(settings: Mapping[str, Any]) -> list[str]:
 
 def branch(settings: Mapping[str, Any]) -> str:
     """The precompiled images' branch: the one set, else the version's."""
-    return str(settings.get("branch") or "") or str(settings.get("version") or "").split(".")[0]
+    return str(settings.get("branch") or "") or str(settings.get("version") or "").split(".", maxsplit=1)[0]
 
 
 def leftovers(found: list[str], current: list[Pool], namespace: str, served: bool) -> list[dict[str, Any]]:

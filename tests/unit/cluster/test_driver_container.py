@@ -61,7 +61,7 @@ def test_pools_group_by_os_and_take_the_image_of_each():
 
 def test_precompiled_pools_are_per_kernel_and_selected_by_it():
     nodes = {"a": row(), "b": row(kernel="6.8.0-50-generic"), "c": row(kernel="6.8.0-50-generic"), "r": row("rhel", "9.4", "5.14.0-427.13.1.el9_4.x86_64")}
-    pools, _ = dc.pools(nodes, REPO, "595", True)
+    pools, _left_out = dc.pools(nodes, REPO, "595", True)
     assert [(p["name"], p["image"], p["nodes"]) for p in pools] == [
         ("nvidia-driver-daemonset-5.14.0-427.13.1.el9.4-rhel9", f"{REPO}:595-5.14.0-427.13.1.el9_4.x86_64-rhel9", ["r"]),
         ("nvidia-driver-daemonset-6.8.0-45-generic-ubuntu24.04", f"{REPO}:595-6.8.0-45-generic-ubuntu24.04", ["a"]),
@@ -95,10 +95,10 @@ def test_nodes_without_what_their_pool_needs_are_named_and_host_drivers_are_pre_
 
 def test_gpudirect_follows_the_nodes_of_the_pool_and_precompiled_images_refuse_gds():
     nodes = {"a": row(peermem=True, host_ofed=True), "b": row(gdrcopy=True), "c": row("debian", "12", host_ofed=True)}
-    pools, _ = dc.pools(nodes, REPO, "595.91.07", False)
+    pools, _left_out = dc.pools(nodes, REPO, "595.91.07", False)
     flags = {p["os_tag"]: (p["rdma"], p["host_mofed"], p["gds"], p["gdrcopy"]) for p in pools}
     assert flags == {"ubuntu24.04": (True, True, False, True), "debian12": (False, False, False, False)}
-    pools, _ = dc.pools(nodes, REPO, "595", True)
+    pools, _left_out = dc.pools(nodes, REPO, "595", True)
     assert dc.check_pools(pools, True) == [
         "gpuops_driver_container_precompiled: true, but GDRCopy runs on b (gpuops_rdma_gds / gpuops_rdma_gdrcopy), which "
         "precompiled driver images do not build; accepted: gpuops_driver_container_precompiled: false there"]
@@ -126,7 +126,7 @@ def test_the_filter_takes_the_branch_of_the_version_for_precompiled_images():
 
 
 def test_leftovers_are_the_daemonsets_of_gone_pools_and_the_rest_once_no_node_is_served():
-    pools, _ = dc.pools({"a": row()}, REPO, "595.91.07", False)
+    pools, _left_out = dc.pools({"a": row()}, REPO, "595.91.07", False)
     assert dc.leftovers(["nvidia-driver-daemonset-ubuntu24.04"], pools, "gpu-operator", True) == []
     gone = dc.leftovers(["nvidia-driver-daemonset-ubuntu22.04", "nvidia-driver-daemonset-ubuntu24.04"], pools, "gpu-operator", True)
     assert gone == [{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-driver-daemonset-ubuntu22.04",
