@@ -84,8 +84,10 @@ def test_a_stop_request_is_forwarded_and_never_restarts(tmp_path):
     log = io.StringIO()
     sup = Supervisor(reboots_then(tmp_path, reboots=5, final=0), log=log)
     sup.handle_signal(signal.SIGTERM)  # before any child: nothing to forward to, but remembered
-    # The child is sent SIGTERM as soon as it starts (the fake does not trap it, so it dies of it).
-    assert sup.run() == 128 + signal.SIGTERM
+    # The child is sent SIGTERM as soon as it starts (the fake does not trap it, so it dies of it), unless the tiny
+    # script already exited with the reboot status (a loaded machine): the signal is then not sent to a reaped PID,
+    # and a reboot after a stop request ends the supervisor with 0. Either way it is never started again.
+    assert sup.run() in (128 + signal.SIGTERM, 0)
     assert sup.starts == 1
     assert "after a stop request" in log.getvalue()
 
