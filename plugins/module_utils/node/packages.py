@@ -69,16 +69,7 @@ def _foreign(sim: Simulation, recorded: set[str]) -> list[str]:
     return sorted((sim.removed - recorded) | {f"{name} (installed)" for name in sim.installed})
 
 
-def plan_purge(recorded: Iterable[str], present_now: set[str], simulate: Callable[[list[str]], Simulation]) -> Plan:
-    """The recorded packages to purge: all that are present, in one simulated transaction, when it removes nothing
-    else; otherwise each is tried alone, and the ones whose removal takes a package that is not recorded stay."""
-    names = list(recorded)
-    ours = set(names)
-    candidates = [n for n in names if n in present_now]
-    if not candidates:
-        return Plan()
-    if not _foreign(simulate(candidates), ours):
-        return Plan(purge=candidates)
+def _per_package(candidates: list[str], ours: set[str], simulate: Callable[[list[str]], Simulation]) -> Plan:
     plan = Plan()
     for name in candidates:
         foreign = _foreign(simulate([name]), ours)
@@ -86,9 +77,42 @@ def plan_purge(recorded: Iterable[str], present_now: set[str], simulate: Callabl
             plan.kept[name] = foreign
         else:
             plan.purge.append(name)
-    if plan.purge:
-        foreign = _foreign(simulate(plan.purge), ours)
-        if foreign:
-            raise PlanError(f"purging {', '.join(plan.purge)} together would also change {', '.join(foreign)}, though each alone "
-                            "would not; nothing was purged")
+    return plan
+
+
+def _halving(group: list[str], foreign: list[str], ours: set[str], simulate: Callable[[list[str]], Simulation],
+             plan: Plan) -> None:
+    """Sorts a group whose simulated purge changes a package that is not recorded: each half is simulated, a clean one
+    goes whole, the other is halved again down to the single packages that stay. With k such packages among n that is
+    about 2k·log2(n) simulations instead of n (apt reads its whole cache for each, a second or two)."""
+    if not foreign:
+        plan.purge.extend(group)
+    elif len(group) == 1:
+        plan.kept[group[0]] = foreign
+    else:
+        for half in (group[:len(group) // 2], group[len(group) // 2:]):
+            _halving(half, _foreign(simulate(half), ours), ours, simulate, plan)
+
+
+def plan_purge(recorded: Iterable[str], present_now: set[str], simulate: Callable[[list[str]], Simulation]) -> Plan:
+    """The recorded packages to purge: all that are present, in one simulated transaction, when it removes nothing
+    else; otherwise the ones whose removal takes a package that is not recorded stay, found by halving the set (each
+    alone when the halves' purges together change more than each did)."""
+    names = list(recorded)
+    ours = set(names)
+    candidates = [n for n in names if n in present_now]
+    if not candidates:
+        return Plan()
+    first = _foreign(simulate(candidates), ours)
+    if not first:
+        return Plan(purge=candidates)
+    plan = Plan()
+    _halving(candidates, first, ours, simulate, plan)
+    if plan.purge and _foreign(simulate(plan.purge), ours):
+        plan = _per_package(candidates, ours, simulate)
+        if plan.purge:
+            foreign = _foreign(simulate(plan.purge), ours)
+            if foreign:
+                raise PlanError(f"purging {', '.join(plan.purge)} together would also change {', '.join(foreign)}, though each "
+                                "alone would not; nothing was purged")
     return plan

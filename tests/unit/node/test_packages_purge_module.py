@@ -140,3 +140,48 @@ def test_a_simulation_apt_refuses_keeps_the_package():
     plan = pk.plan_purge(["a", "b"], {"a", "b"},
                          lambda names: pk.Simulation(error="E: Unable to locate package b") if "b" in names else pk.Simulation(frozenset(names)))
     assert plan.purge == ["a"] and plan.kept == {"b": ["(apt refuses: E: Unable to locate package b)"]}
+
+
+def _reference(recorded, world):
+    """The plan by one simulation per package, as the module did before it halved: what each alone would take."""
+    ours = set(recorded)
+    purge, kept = [], {}
+    for name in recorded:
+        foreign = sorted(set(world.cascade([name])) - ours)
+        if foreign:
+            kept[name] = foreign
+        else:
+            purge.append(name)
+    return purge, kept
+
+
+def test_one_package_others_need_among_forty_is_found_in_a_few_simulations():
+    # A driver's forty recorded packages, one of which (libnvidia-ml1) a package that is not recorded depends on.
+    recorded = [f"nvidia-pkg-{i:02d}" for i in range(40)]
+    recorded[23] = "libnvidia-ml1"
+    world = World({**{n: [] for n in recorded}, "python3-pynvml": ["libnvidia-ml1"]})
+    sims = []
+
+    def simulate(names):
+        sims.append(list(names))
+        return pk.Simulation(removed=frozenset(world.cascade(names)))
+
+    plan = pk.plan_purge(recorded, set(recorded), simulate)
+    assert plan.kept == {"libnvidia-ml1": ["python3-pynvml"]}
+    assert plan.purge == [n for n in recorded if n != "libnvidia-ml1"]
+    # The whole set, about two halves per level down to the one package (log2 40 < 6), and the final check.
+    assert len(sims) <= 2 + 2 * 6, sims
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_halving_decides_as_one_simulation_per_package_would(seed):
+    import random
+
+    rng = random.Random(seed)
+    names = [f"p{i}" for i in range(rng.randint(1, 25))]
+    # A random dependency graph (each package on some earlier ones), some of it not recorded.
+    world = World({n: rng.sample(names[:i], k=min(i, rng.randint(0, 2))) for i, n in enumerate(names)})
+    recorded = [n for n in names if rng.random() < 0.7]
+    plan = pk.plan_purge(recorded, set(recorded), lambda ns: pk.Simulation(removed=frozenset(world.cascade(ns))))
+    purge, kept = _reference(recorded, world)
+    assert (plan.purge, plan.kept) == (purge, kept)
