@@ -106,13 +106,17 @@ def plan_purge(recorded: Iterable[str], present_now: set[str], simulate: Callabl
     first = _foreign(simulate(candidates), ours)
     if not first:
         return Plan(purge=candidates)
+
+    def together(purge: list[str]) -> list[str]:
+        # The whole set's answer is known already (the first simulation): not asked of apt again.
+        return first if purge == candidates else _foreign(simulate(purge), ours) if purge else []
+
     plan = Plan()
     _halving(candidates, first, ours, simulate, plan)
-    if plan.purge and _foreign(simulate(plan.purge), ours):
+    if together(plan.purge):
         plan = _per_package(candidates, ours, simulate)
-        if plan.purge:
-            foreign = _foreign(simulate(plan.purge), ours)
-            if foreign:
-                raise PlanError(f"purging {', '.join(plan.purge)} together would also change {', '.join(foreign)}, though each "
-                                "alone would not; nothing was purged")
+        foreign = together(plan.purge)
+        if foreign:
+            raise PlanError(f"purging {', '.join(plan.purge)} together would also change {', '.join(foreign)}, though each "
+                            "alone would not; nothing was purged")
     return plan

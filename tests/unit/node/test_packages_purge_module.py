@@ -185,3 +185,16 @@ def test_halving_decides_as_one_simulation_per_package_would(seed):
     plan = pk.plan_purge(recorded, set(recorded), lambda ns: pk.Simulation(removed=frozenset(world.cascade(ns))))
     purge, kept = _reference(recorded, world)
     assert (plan.purge, plan.kept) == (purge, kept)
+
+
+def test_the_whole_set_is_simulated_once():
+    # Each alone is clean, both together are not: the whole set's simulation is the first one, never asked again.
+    sims = []
+
+    def simulate(names):
+        sims.append(tuple(names))
+        return pk.Simulation(removed=frozenset(names) | ({"bash"} if len(names) > 1 else frozenset()))
+
+    with pytest.raises(pk.PlanError):
+        pk.plan_purge(["a", "b"], {"a", "b"}, simulate)
+    assert sims.count(("a", "b")) == 1, sims
