@@ -23,7 +23,7 @@ description:
     whether Fabric Manager is required.
   - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
-  - The structure is versioned by C(schema_version) (5 since the operating system joined it).
+  - The structure is versioned by C(schema_version) (6 since a driver from NVIDIA's .run installer is reported).
   - Never changes anything; always returns C(changed=false).
 author:
   - gpuops.nvidia maintainers (@gpuops)
@@ -179,6 +179,13 @@ gpu_info:
               driver container's image tag and its DaemonSets per OS are made of them.
           type: dict
           sample: {id: ubuntu, version_id: "24.04"}
+        runfile:
+          description:
+            - C(/usr/bin/nvidia-uninstall) where NVIDIA's .run installer put a driver on the node (no package ships that
+              file), else null. The preflight blocks on it and the driver role refuses, as packages or the driver container
+              over a runfile driver make two drivers.
+          type: str
+          sample: null
     nvml:
       description: The driver's view, read in one NVML session.
       type: dict

@@ -20,6 +20,8 @@ Version 4: the node's RDMA stack (node.rdma): the RDMA and GPUDirect kernel modu
 MLNX_OFED or DOCA-OFED (ofed_info, /usr/src/ofa_kernel).
 Version 5: the node's operating system as os-release names it (node.os: id, version_id), which the driver
 container's image tag and its DaemonSets per OS are made of.
+Version 6: a driver from NVIDIA's .run installer (node.runfile: its uninstaller's path), which packages must not be
+installed over.
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
 `X | None` values of keys that are always present.
@@ -29,8 +31,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-SchemaVersion = Literal[5]
-SCHEMA_VERSION: Final = 5
+SchemaVersion = Literal[6]
+SCHEMA_VERSION: Final = 6
 
 NvmlStatus = Literal["ok", "binding_missing", "library_not_found", "driver_not_loaded", "error"]
 SecureBoot = Literal["enabled", "disabled", "not_efi", "unknown"]
@@ -132,6 +134,8 @@ class NodeState(TypedDict):
     image_build: bool
     rdma: RdmaState
     os: OsRelease
+    # /usr/bin/nvidia-uninstall where NVIDIA's .run installer put a driver on the node (no package ships it), else None.
+    runfile: str | None
 
 
 # ---------------------------------------------------------------------------------------------------

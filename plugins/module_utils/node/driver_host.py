@@ -22,6 +22,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import FAMILY as FM_FAMILY
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import parse_policy_versions, parse_repoquery
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import runfile_driver
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -313,6 +314,7 @@ def plan_driver(request: DriverRequest, host: Host) -> DriverPlan:
 
     Raises driver.PlanError for anything the role must refuse before it changes the host.
     """
+    _refuse_runfile_driver(request)
     family = driver.distro_key(request.distribution, request.major_version)
     branch = driver.parse_branch(request.branch)
     method = driver.resolve_method(request.distribution, request.repository, request.method)
@@ -409,6 +411,18 @@ def _host_driver_to_remove(installed: Mapping[str, Any], remove: bool) -> list[s
         f"'containerized': a host driver is installed ({installed['version'] or 'unknown version'}: {', '.join(packages)}); "
         "two drivers fight over the GPUs: remove these packages first, or set gpuops_driver_remove_host_driver: true "
         "for the role to purge them")
+
+
+def _refuse_runfile_driver(request: DriverRequest) -> None:
+    """A driver from NVIDIA's .run installer and the packages (or the driver container) would be two drivers."""
+    runfile = runfile_driver(request.root)
+    if runfile:
+        raise driver.PlanError(
+            "gpuops_driver_method",
+            f"{request.method!r}: a driver from NVIDIA's .run installer is installed ({runfile}), and "
+            + ("the driver container's modules would fight it over the GPUs" if request.method == "containerized" else
+               "packages installed over it would overwrite its files and leave two drivers")
+            + f"; accepted: a node without it (remove it with {runfile} --silent and reboot, then run again)")
 
 
 def _refuse_method_change(request: DriverRequest, marker: str | None) -> None:

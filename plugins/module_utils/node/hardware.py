@@ -224,6 +224,16 @@ def os_release(filesystem_root: str = "/") -> OsRelease:
     return {"id": values.get("ID") or None, "version_id": values.get("VERSION_ID") or None}
 
 
+# NVIDIA's .run installer leaves its uninstaller here; no distribution or CUDA repository package ships it.
+RUNFILE_UNINSTALLER = "usr/bin/nvidia-uninstall"
+
+
+def runfile_driver(filesystem_root: str = "/") -> str | None:
+    """The .run installer's uninstaller when a runfile driver is installed, else None."""
+    path = os.path.join(filesystem_root, RUNFILE_UNINSTALLER)
+    return path if os.path.lexists(path) else None
+
+
 def node_state(root: str) -> NodeState:
     """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
     loaded = read_loaded_modules(root)
@@ -239,4 +249,5 @@ def node_state(root: str) -> NodeState:
         "image_build": is_image_build(),
         "rdma": rdma_state(loaded),
         "os": os_release(),
+        "runfile": runfile_driver(),
     }

@@ -63,6 +63,17 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             "driver loads after a reboot (gpuops_nouveau_reboot: true reboots)" if managed else
             "run the gpuops.nvidia.nouveau role (blacklist, rebuild the initramfs) and reboot",
         ))
+    runfile = node.get("runfile")
+    if runfile and method in ("precompiled", "dkms", "containerized"):
+        loaded = node["modules"]["version"]
+        found.append(_finding(
+            "runfile_driver", "blocker",
+            f"a driver from NVIDIA's .run installer is on the node ({runfile}"
+            + (f"; {loaded} is loaded" if loaded else "") + "): "
+            + ("the driver container's modules and it would fight over the GPUs" if method == "containerized" else
+               "packages installed over it overwrite its files and leave two drivers (Debian's packages refuse to)"),
+            f"remove it with {runfile} --silent and reboot, then run again",
+        ))
     if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms", "containerized"):
         found.append(_finding("mixed_module_types", "blocker", derived["kernel_module_type"]["error"],
                               "put GPUs that need different kernel module types in different nodes"))

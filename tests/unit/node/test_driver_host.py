@@ -396,3 +396,23 @@ def test_the_persistenced_user_is_read_from_its_unit(tmp_path, where, unit, user
     (tmp_path / where).mkdir(parents=True)
     (tmp_path / where / "nvidia-persistenced.service").write_text(unit)
     assert driver_host.persistenced_user(str(tmp_path)) == user
+
+
+RUNFILE_CASES = [("auto", "packages installed over it"), ("dkms", "packages installed over it"),
+                 ("containerized", "the driver container's modules would fight it")]
+
+
+@pytest.mark.parametrize(("method", "why"), RUNFILE_CASES)
+def test_a_runfile_driver_is_refused_before_any_command_for_every_method(info_of, root, tmp_path, method, why):
+    """NVIDIA's .run installer leaves /usr/bin/nvidia-uninstall (a link to nvidia-installer); no package ships it."""
+    where = root("6.8.0-151-generic")
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-uninstall").symlink_to("nvidia-installer")  # dangling here, as the check must not follow it
+    fake = FakeHost("noble")
+    with pytest.raises(PlanError) as refused:
+        driver_host.make_plan(request(method=method), info_of("hgx-h100"), fake.host(), where)
+    text = str(refused.value)
+    assert text.startswith(f"gpuops_driver_method: '{method}': a driver from NVIDIA's .run installer is installed "
+                           f"({tmp_path}/usr/bin/nvidia-uninstall)")
+    assert why in text and f"remove it with {tmp_path}/usr/bin/nvidia-uninstall --silent and reboot" in text
+    assert fake.calls == []

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import copy
+
 import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import runfile_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
 
 DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
@@ -104,3 +107,24 @@ def test_a_loaded_flavour_other_than_the_recommendation_is_a_warning(info_of, pr
         (f,) = [f for f in found if f["id"] == "module_type_differs"]
         assert "proprietary" in f["message"] and "open" in f["message"]
         assert "gpuops_driver_kernel_module_type" in f["fix"]
+
+
+@pytest.mark.parametrize(("method", "blocked"), [("precompiled", True), ("dkms", True), ("auto", True), ("containerized", True),
+                                                 ("none", False)])
+def test_a_runfile_driver_blocks_every_method_that_brings_a_driver(info_of, method, blocked):
+    info = copy.deepcopy(info_of("hgx-b200"))
+    assert info["node"]["runfile"] is None
+    info["node"]["runfile"] = "/usr/bin/nvidia-uninstall"
+    found = findings(info, "Ubuntu", "24", {**DEFAULTS, "driver_method": method})
+    assert ("runfile_driver" in ids(found)) is blocked
+    if blocked:
+        (f,) = [f for f in found if f["id"] == "runfile_driver"]
+        assert "(/usr/bin/nvidia-uninstall; 570.133.20 is loaded)" in f["message"]
+        assert f["fix"] == "remove it with /usr/bin/nvidia-uninstall --silent and reboot, then run again"
+
+
+def test_runfile_driver_is_read_from_the_installers_uninstaller(tmp_path):
+    assert runfile_driver(str(tmp_path)) is None
+    (tmp_path / "usr/bin").mkdir(parents=True)
+    (tmp_path / "usr/bin/nvidia-uninstall").symlink_to("nvidia-installer")  # the installer makes it a link; dangling here
+    assert runfile_driver(str(tmp_path)) == f"{tmp_path}/usr/bin/nvidia-uninstall"
