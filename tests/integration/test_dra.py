@@ -6,8 +6,10 @@ hardware profile while the dra role's plugin pod runs there, so the real kube-sc
 the devices a node of that profile has. In order: a run deploys the DRA driver in place of the device plugin and
 validates every node's devices (the smoke test claims one through the scheduler); a second run changes nothing; a claim
 of two GPUs of a product, chosen with a CEL selector, lands on the node that has them; a claim no node can satisfy stays
-pending with the scheduler's reason; switching back to the device plugin leaves no DRA object, and switching to DRA
-again leaves no device plugin object.
+pending with the scheduler's reason; ComputeDomains, required without their CRDs, stop the run before any change, and
+come with the CRDs (stand-ins of NVIDIA's), their RBAC judged by the API server; switching back to the device plugin
+leaves no DRA object (ComputeDomains included), and switching to DRA again leaves no device plugin object; without the
+CRDs, ComputeDomains go.
 """
 
 from __future__ import annotations
@@ -125,11 +127,94 @@ def test_a_claim_no_node_can_satisfy_stays_pending_with_the_schedulers_reason(cl
     kubectl(kubeconfig, "delete", "pod,resourceclaim", "-n", "default", "nine-h100", "--wait=false")
 
 
+# Stand-ins for the ComputeDomain CRDs of NVIDIA's chart (its crds/, which the lab cannot fetch): the group, version,
+# kinds and scope the driver uses, with a schema that keeps whatever is written.
+def _crd(kind: str, plural: str) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.resource.nvidia.com"},
+            "spec": {"group": "resource.nvidia.com", "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+CD_CRDS = yaml.safe_dump_all([_crd("ComputeDomain", "computedomains"), _crd("ComputeDomainClique", "computedomaincliques")])
+CD_OBJECTS = (("deployment", NS, "nvidia-dra-driver-gpu-controller"), ("deviceclass", "", "compute-domain-daemon.nvidia.com"),
+              ("deviceclass", "", "compute-domain-default-channel.nvidia.com"),
+              ("clusterrole", "", "gpuops-nvidia-dra-driver-controller"), ("role", NS, "gpuops-nvidia-dra-driver-controller"),
+              ("serviceaccount", NS, "nvidia-dra-driver-gpu-service-account-controller"),
+              ("clusterrole", "", "gpuops-nvidia-dra-compute-domain-daemon"),
+              ("serviceaccount", NS, "compute-domain-daemon-service-account"), ("role", NS, "gpuops-nvidia-dra-driver-kubeletplugin"))
+
+
+def can(kubeconfig, account: str, verb: str, resource: str, *args: str) -> bool:
+    """The API server's own answer (a SubjectAccessReview) for a service account of the namespace."""
+    out = kubectl(kubeconfig, "auth", "can-i", verb, resource, *args, f"--as=system:serviceaccount:{NS}:{account}", check=False)
+    return out.stdout.strip() == "yes"
+
+
+def test_compute_domains_come_with_their_crds(cluster):
+    """ComputeDomains need their CRDs: required without them, the run stops before any change; auto deploys the
+    controller, its RBAC and the plugin's compute-domains container once the CRDs are there. The RBAC is judged by the
+    API server, for what each account must and must not do. MPSSupport rides along: with it the GPU plugin runs each
+    claim's MPS control daemon as a Deployment in the namespace (the chart's plugin Role). The CRDs stay for the switch
+    back to the device plugin, which removes all of it."""
+    kubeconfig, inventory, _state = cluster
+    res = playbook(inventory, extra={**DRA, "gpuops_dra_compute_domains": "true"})
+    assert res.returncode != 0 and "gpuops_dra_compute_domains: true, but the cluster does not serve resource.nvidia.com/v1beta1" \
+        in res.stdout, res.stdout[-3000:]
+    assert "changed=0" in res.stdout.split("PLAY RECAP")[-1]
+    assert not any(exists(kubeconfig, *o) for o in CD_OBJECTS)
+
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=CD_CRDS)
+    kubectl(kubeconfig, "wait", "--for=condition=Established", "crd/computedomains.resource.nvidia.com",
+            "crd/computedomaincliques.resource.nvidia.com", "--timeout=60s")
+    with_mps = {**DRA, "gpuops_dra_feature_gates": {"MPSSupport": True}}
+    res = playbook(inventory, extra=with_mps)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
+    plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-dra-driver-gpu-kubelet-plugin")["spec"]["template"]["spec"]
+    assert [c["name"] for c in plugin["containers"]] == ["compute-domains", "gpus"]
+    cd_container = plugin["containers"][0]
+    assert cd_container["command"] == ["compute-domain-kubelet-plugin"] and cd_container["startupProbe"]["grpc"]["port"] == 51515
+    controller = get(kubeconfig, "deployment", "-n", NS, "nvidia-dra-driver-gpu-controller")["spec"]["template"]["spec"]
+    (container,) = controller["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["command"] == ["compute-domain-controller"] and env["IMAGE_NAME"] == plugin["containers"][1]["image"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and controller["serviceAccountName"] == "nvidia-dra-driver-gpu-service-account-controller"
+    channel = get(kubeconfig, "deviceclass", "compute-domain-default-channel.nvidia.com")["spec"]["selectors"][0]["cel"]["expression"]
+    assert channel == ("device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel'"
+                       " && device.attributes['compute-domain.nvidia.com'].id == 0")
+
+    controller_sa, daemon_sa, plugin_sa = ("nvidia-dra-driver-gpu-service-account-controller", "compute-domain-daemon-service-account",
+                                           "nvidia-dra-driver-gpu-service-account-kubeletplugin")
+    allowed = [(controller_sa, "update", "computedomains.resource.nvidia.com", "--subresource=status", "-n", "default"),
+               (controller_sa, "create", "resourceclaimtemplates.resource.k8s.io", "-n", "default"),
+               (controller_sa, "create", "daemonsets.apps", "-n", NS),
+               (controller_sa, "update", "computedomaincliques.resource.nvidia.com", "-n", NS),
+               (controller_sa, "update", "nodes"),
+               (daemon_sa, "patch", "computedomaincliques.resource.nvidia.com", "-n", NS),
+               (daemon_sa, "patch", "pods", "-n", NS),
+               (plugin_sa, "get", "computedomaincliques.resource.nvidia.com", "-n", NS),
+               (plugin_sa, "watch", "computedomains.resource.nvidia.com", "-n", "default"),
+               (plugin_sa, "create", "deployments.apps", "-n", NS)]
+    denied = [(controller_sa, "create", "daemonsets.apps", "-n", "default"), (controller_sa, "delete", "nodes"),
+              (controller_sa, "get", "secrets", "-n", NS), (controller_sa, "create", "computedomains.resource.nvidia.com", "-n", "default"),
+              (daemon_sa, "create", "pods", "-n", NS), (daemon_sa, "delete", "computedomains.resource.nvidia.com", "-n", "default"),
+              (plugin_sa, "update", "computedomaincliques.resource.nvidia.com", "-n", NS),
+              (plugin_sa, "create", "deployments.apps", "-n", "default")]
+    assert [a for a in allowed if not can(kubeconfig, *a)] == []
+    assert [d for d in denied if can(kubeconfig, *d)] == []
+
+    again = playbook(inventory, extra=with_mps)
+    assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
+
+
 def test_switching_back_and_forth_leaves_nothing_of_the_other_way(cluster):
     kubeconfig, inventory, _state = cluster
     res = playbook(inventory)
     assert res.returncode == 0, res.stdout[-4000:]
-    assert not any(exists(kubeconfig, *o) for o in (*DRA_OBJECTS, ("deviceclass", "", "vfio.gpu.nvidia.com")))
+    assert not any(exists(kubeconfig, *o) for o in (*DRA_OBJECTS, *CD_OBJECTS, ("deviceclass", "", "vfio.gpu.nvidia.com")))
     assert all(exists(kubeconfig, *o) for o in PLUGIN_OBJECTS)
     labels = nvidia_labels(kubeconfig)
     assert "nvidia.com/gpu.deploy.dra-driver" not in labels["x-h100"] and labels["x-h100"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
@@ -139,3 +224,24 @@ def test_switching_back_and_forth_leaves_nothing_of_the_other_way(cluster):
     assert res.returncode == 0, res.stdout[-4000:]
     assert not any(exists(kubeconfig, *o) for o in PLUGIN_OBJECTS)
     assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
+    # The ComputeDomain CRDs are still there (the test before put them in): auto deploys ComputeDomains again.
+    assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
+
+
+def test_compute_domains_go_when_their_crds_go(cluster):
+    """Without the CRDs (and without MPSSupport) auto leaves ComputeDomains out and removes what an earlier run deployed:
+    the controller, its RBAC, the compute-domains container, the plugin's Role; a second run changes nothing."""
+    kubeconfig, inventory, _state = cluster
+    assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
+    plugin_sa = "nvidia-dra-driver-gpu-service-account-kubeletplugin"
+    kubectl(kubeconfig, "delete", "crd", "computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com")
+    res = playbook(inventory, extra=DRA)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert "No ComputeDomains: the computedomains.resource.nvidia.com CRD is not in the cluster" in " ".join(res.stdout.split())
+    assert not any(exists(kubeconfig, *o) for o in CD_OBJECTS)
+    plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-dra-driver-gpu-kubelet-plugin")["spec"]["template"]["spec"]
+    assert [c["name"] for c in plugin["containers"]] == ["gpus"]
+    assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
+    assert not can(kubeconfig, plugin_sa, "create", "deployments.apps", "-n", NS)
+    again = playbook(inventory, extra=DRA)
+    assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
