@@ -17,6 +17,8 @@ SUPPORTED = {
     ("AlmaLinux", "8"), ("AlmaLinux", "9"), ("AlmaLinux", "10"),
 }
 DRIVER_METHODS = ("auto", "precompiled", "dkms", "containerized", "none")
+# The methods that bring a driver to the node (the host's packages, or the driver container's modules).
+DRIVER_BRINGING = ("precompiled", "dkms", "containerized")
 # Install methods whose kernel modules are built on the node and so are not signed for Secure Boot.
 UNSIGNED_METHODS = ("dkms",)
 
@@ -64,7 +66,7 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             "run the gpuops.nvidia.nouveau role (blacklist, rebuild the initramfs) and reboot",
         ))
     runfile = node.get("runfile")
-    if runfile and method in ("precompiled", "dkms", "containerized"):
+    if runfile and method in DRIVER_BRINGING:
         loaded = node["modules"]["version"]
         found.append(_finding(
             "runfile_driver", "blocker",
@@ -74,7 +76,7 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
                "packages installed over it overwrite its files and leave two drivers (Debian's packages refuse to)"),
             f"remove it with {runfile} --silent and reboot, then run again",
         ))
-    if derived["kernel_module_type"]["error"] and method in ("precompiled", "dkms", "containerized"):
+    if derived["kernel_module_type"]["error"] and method in DRIVER_BRINGING:
         found.append(_finding("mixed_module_types", "blocker", derived["kernel_module_type"]["error"],
                               "put GPUs that need different kernel module types in different nodes"))
     if node["secure_boot"] == "enabled" and method in UNSIGNED_METHODS:
