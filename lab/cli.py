@@ -52,7 +52,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     _require_tools()
     lab = _lab(args)
     t0 = time.monotonic()
-    machines = lab.up(specs, args.base_port, timeout=args.timeout)
+    machines = lab.up(specs, args.base_port, timeout=args.timeout, compiler_cache=args.compiler_cache)
     if args.inventory:
         write_inventory(Path(args.inventory), machines, lab.key)
         lab.record_inventory(Path(args.inventory))
@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--base-port", type=int, default=int(os.environ.get("GPUOPS_LAB_BASE_PORT", DEFAULT_BASE_PORT)))
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each machine to boot")
     up.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to write ('' for none)")
+    up.add_argument("--compiler-cache", action="store_true",
+                    help="bind the host's compiler cache for the distribution (~/.cache/gpuops-lab/ccache/DISTRO) at "
+                    "/var/cache/gpuops-lab/ccache in each machine (molecule/shared/compiler_cache.yml sets ccache up)")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop every machine and remove its directory")

@@ -31,6 +31,9 @@ from .supervise import remove_cgroup
 DEFAULT_BASE_PORT = 2221
 SUPERVISOR_MODULE = "lab.supervise"
 NSPAWN_PID_FILE = "nspawn.pid"
+# Where a machine started with a compiler cache finds it (ccache's cache_dir, see molecule/shared/compiler_cache.yml):
+# the host's ~/.cache/gpuops-lab/ccache/<distro>, bound in, so a rerun's DKMS builds still compile but hit the cache.
+COMPILER_CACHE_MOUNT = "/var/cache/gpuops-lab/ccache"
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # Every machine gets fresh host keys when it is made, so there is nothing to pin or remember.
 SSH_OPTIONS = (
@@ -44,6 +47,27 @@ SSH_OPTIONS = (
 def ssh_option_args(*extra: str) -> list[str]:
     """SSH_OPTIONS (and any extra Key=Value) as ssh's -o arguments."""
     return [arg for opt in (*SSH_OPTIONS, *extra) for arg in ("-o", opt)]
+
+
+def compiler_cache_dir(distro: str) -> Path:
+    """The host's compiler cache for one distribution's machines (each has its own ccache version and compilers)."""
+    return cache_dir() / "ccache" / distro
+
+
+def nspawn_command(machine: Machine) -> list[str]:
+    """The systemd-nspawn command line that boots the machine (the same at every boot, reboots included)."""
+    binds = [f"--bind={machine.extra['compiler_cache']}:{COMPILER_CACHE_MOUNT}"] if machine.extra.get("compiler_cache") else []
+    return [
+        "systemd-nspawn",
+        *NSPAWN_COMMON,
+        "--boot",
+        "--quiet",
+        "--console=read-only",
+        *binds,
+        f"--machine={machine.name}",
+        "-D",
+        str(machine.root),
+    ]
 
 
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -292,17 +316,7 @@ class Lab:
         ensure_unified_hierarchy()
         cgroups = machine_cgroups(f"gpuops-lab.{machine.name}.{machine.port}")
         machine.extra["cgroups"] = ":".join(str(c) for c in cgroups)
-        cmd = [
-            "systemd-nspawn",
-            *NSPAWN_COMMON,
-            "--boot",
-            "--quiet",
-            "--console=read-only",
-            f"--machine={machine.name}",
-            "-D",
-            str(machine.root),
-        ]
-        self.supervise(machine, cmd, cgroups)
+        self.supervise(machine, nspawn_command(machine), cgroups)
 
     def supervise(self, machine: Machine, cmd: list[str], cgroups: list[Path]) -> None:
         """Start `python -m lab.supervise ... -- CMD` for the machine, in its own session, logging to its console log."""
@@ -400,8 +414,11 @@ class Lab:
             remove_cgroup(Path(cgroup))
         shutil.rmtree(machine.directory, ignore_errors=True)
 
-    def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0) -> dict[str, Machine]:
-        """Start the machines asked for; ones already running with the same spec are kept."""
+    def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0, compiler_cache: bool = False) -> dict[str, Machine]:
+        """Start the machines asked for; ones already running with the same spec are kept.
+
+        compiler_cache: bind each new machine's distribution's compiler cache (compiler_cache_dir) at
+        COMPILER_CACHE_MOUNT."""
         check_specs(specs)
         machines = self.load()
         wanted = []
@@ -430,9 +447,13 @@ class Lab:
                 port=ports[s.name],
                 directory=str(self.dir / "machines" / s.name),
                 image=str(images[s.distro]),
+                extra={"compiler_cache": str(compiler_cache_dir(s.distro))} if compiler_cache else {},
             )
             for s in wanted
         }
+        for m in new.values():
+            if "compiler_cache" in m.extra:
+                Path(m.extra["compiler_cache"]).mkdir(parents=True, exist_ok=True)
         try:
             with ThreadPoolExecutor(max_workers=len(new)) as pool:
                 list(pool.map(lambda m: self.prepare_root(m, images[m.distro], nvml), new.values()))

@@ -5,7 +5,18 @@ import socket
 import pytest
 
 from lab.errors import LabError
-from lab.machines import Lab, Machine, MachineSpec, assign_ports, check_specs, parse_machine_spec, port_in_use
+from lab.machines import (
+    COMPILER_CACHE_MOUNT,
+    Lab,
+    Machine,
+    MachineSpec,
+    assign_ports,
+    check_specs,
+    compiler_cache_dir,
+    nspawn_command,
+    parse_machine_spec,
+    port_in_use,
+)
 
 
 def test_parse_machine_spec():
@@ -67,6 +78,22 @@ def test_state_round_trips(tmp_path):
     m = Machine(name="a", distro="noble", port=2221, directory=str(tmp_path / "m/a"), pid=123)
     lab.save({"a": m})
     assert lab.load() == {"a": m}
+
+
+def test_nspawn_command_binds_the_compiler_cache_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUOPS_LAB_CACHE", str(tmp_path / "cache"))
+    plain = Machine(name="a", distro="noble", port=2221, directory=str(tmp_path / "m/a"))
+    cmd = nspawn_command(plain)
+    assert cmd[0] == "systemd-nspawn" and cmd[-2:] == ["-D", str(tmp_path / "m/a/root")]
+    assert not [a for a in cmd if a.startswith("--bind")]
+    cached = Machine(name="a", distro="jammy", port=2221, directory=str(tmp_path / "m/a"),
+                     extra={"compiler_cache": str(compiler_cache_dir("jammy"))})
+    assert compiler_cache_dir("jammy") == tmp_path / "cache/ccache/jammy"
+    # The bind is an option before the root directory, and a saved machine keeps it for its reboots.
+    assert f"--bind={tmp_path}/cache/ccache/jammy:{COMPILER_CACHE_MOUNT}" in nspawn_command(cached)[:-2]
+    lab = Lab(tmp_path / "state")
+    lab.save({"a": cached})
+    assert nspawn_command(lab.load()["a"]) == nspawn_command(cached)
 
 
 def test_is_ours_rejects_a_pid_that_is_not_the_recorded_nspawn(tmp_path):
