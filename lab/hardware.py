@@ -318,6 +318,42 @@ def write_driver_root(root: Path, version: str, gpu_count: int) -> None:
             return
 
 
+# LAB ONLY: the package that tells dpkg the fake NVML is this machine's libnvidia-ml.so.1. Without it, the
+# preflight's `apt install python3-pynvml` (which depends on a libnvidia-ml.so.1 provider) pulls in the newest
+# branch's libnvidia-compute, nvidia-kernel-common and firmware: minutes of downloads, unpacking and initramfs
+# triggers per machine, and NVIDIA packages no real node would have before its driver (where the binding is
+# installed, a real node's NVML library comes from its driver's package). It ships no library, only a note:
+# the fake one stays at HW_PATH, so a driver package installed later coexists with it.
+NVML_PACKAGE = "gpuops-lab-fake-nvml"
+NVML_PACKAGE_CONTROL = f"""Package: {NVML_PACKAGE}
+Version: 1
+Architecture: all
+Maintainer: gpuops lab <lab@gpuops.invalid>
+Provides: libnvidia-ml.so.1, libnvidia-ml1
+Section: misc
+Priority: optional
+Description: gpuops lab: the simulated NVML library of this machine's GPU profile
+ LAB ONLY. The library itself is {NVML_LIBRARY}, outside the linker's paths.
+"""
+
+
+def register_nvml_package(root: Path) -> None:
+    """Build and install NVML_PACKAGE in the machine's root, with the machine's own dpkg (before it boots)."""
+    build = root / "tmp" / NVML_PACKAGE
+    shutil.rmtree(build, ignore_errors=True)
+    _write(build / "DEBIAN/control", NVML_PACKAGE_CONTROL)
+    _write(build / "usr/share/doc" / NVML_PACKAGE / "README",
+           f"LAB ONLY: this machine's NVML is the gpuops lab's fake one, {NVML_LIBRARY}.\n")
+    inside = f"/tmp/{NVML_PACKAGE}"
+    for argv in (["dpkg-deb", "--root-owner-group", "--build", inside, f"{inside}.deb"], ["dpkg", "--install", f"{inside}.deb"]):
+        res = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, check=False,
+                             stdin=subprocess.DEVNULL, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+        if res.returncode != 0:
+            raise LabError(f"registering the fake NVML with dpkg ({' '.join(argv)}): {res.stderr.strip()[-500:] or res.returncode}")
+    shutil.rmtree(build)
+    (root / "tmp" / f"{NVML_PACKAGE}.deb").unlink()
+
+
 def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None:
     """The machine's stand-in for its kernel's boot (lab/bootsim.py): the script, its unit and what the hardware asks for.
 

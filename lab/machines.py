@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .distros import get_distro
 from .errors import LabError
-from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, write_hardware
+from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
 from .supervise import remove_cgroup
 
@@ -303,6 +303,8 @@ class Lab:
             profile, host_kernel = load_profile(machine.profile), os.uname().release
             write_hardware(profile, root / HW_PATH.lstrip("/"), machine.name, host_kernel, nvml_library)
             install_boot_simulation(profile, root, host_kernel)
+            if profile.get("gpus") and nvml_library is not None:
+                register_nvml_package(root)
 
     def boot(self, machine: Machine) -> None:
         """Start the machine's supervisor (which starts systemd-nspawn) in the background; record its PID.

@@ -17,6 +17,8 @@ from lab.machines import Lab, port_in_use
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINES = {"t-noble-a": "noble", "t-noble-b": "noble", "t-jammy": "jammy", "t-bookworm": "bookworm"}
+# One machine with GPUs: its fake NVML is registered with dpkg (lab/hardware.py, register_nvml_package).
+PROFILES = {"t-noble-b": "l40s"}
 
 
 def lab(state: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -51,7 +53,7 @@ def test_four_machines_boot_answer_over_ssh_and_go_away(tmp_path):
     state = tmp_path / "state"
     inventory = tmp_path / "hosts.yml"
     base = free_base_port(len(MACHINES))
-    args = [f"--machine={n}={d}" for n, d in MACHINES.items()]
+    args = [f"--machine={n}={d}" + (f":{PROFILES[n]}" if n in PROFILES else "") for n, d in MACHINES.items()]
     t0 = time.monotonic()
     lab(state, "up", "--base-port", str(base), "--inventory", str(inventory), *args)
     elapsed = time.monotonic() - t0
@@ -80,6 +82,13 @@ def test_four_machines_boot_answer_over_ssh_and_go_away(tmp_path):
         # Real apt works on a machine: the package lists in the image are signed and current enough.
         apt = lab(state, "ssh", "t-jammy", "apt-get", "-q", "-s", "install", "kmod", check=False)
         assert apt.returncode == 0, apt.stderr
+        # The NVML binding's dependency (a libnvidia-ml.so.1 provider) is the fake NVML on the machine with GPUs,
+        # so the binding comes alone; on the machine without, apt would pick an NVIDIA branch's libraries.
+        for name, alone in (("t-noble-b", True), ("t-noble-a", False)):
+            sim = lab(state, "ssh", name, "apt-get", "-q", "-s", "install", "python3-pynvml", check=False)
+            assert sim.returncode == 0, sim.stderr
+            installs = [line.split()[1] for line in sim.stdout.splitlines() if line.startswith("Inst ")]
+            assert (installs == ["python3-pynvml"]) == alone, (name, installs)
     finally:
         pids = [r["pid"] for r in json.loads(lab(state, "status", "--json").stdout)]
         lab(state, "down", "--inventory", str(inventory))
