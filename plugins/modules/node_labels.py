@@ -21,13 +21,34 @@ options:
   labels:
     description:
       - Node name to the labels it should carry. A value of C(null) removes the label.
+      - Exactly one of O(labels) and O(sets) is given.
     type: dict
-    required: true
   keep_existing:
-    description: Label keys whose existing non-empty value wins over the one given.
+    description: Label keys whose existing non-empty value wins over the one given (with O(labels)).
     type: list
     elements: str
     default: []
+  sets:
+    description:
+      - Several label sets in one run (one list of the Nodes, one patch per Node that changes), each with its own
+        O(sets[].keep_existing) and each compared with the Node as it is; where two sets name the same key for a Node,
+        the later one's value is the one set.
+      - RV(sets) says, for each set in this order, which Nodes it changed.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: What the set is; returned with its changed Nodes in RV(sets).
+        type: str
+      labels:
+        description: Node name to the labels it should carry, as O(labels).
+        type: dict
+        required: true
+      keep_existing:
+        description: As O(keep_existing), for this set.
+        type: list
+        elements: str
+        default: []
   field_manager:
     description:
       - The field manager of the patches, recorded in each Node's managedFields as the owner of the labels it set, so
@@ -67,6 +88,13 @@ EXAMPLES = r"""
       gpu-node-1: {nvidia.com/gpu.present: "true", nvidia.com/gpu.deploy.device-plugin: "true"}
       cpu-node-1: {nvidia.com/gpu.present: "false"}
     keep_existing: [nvidia.com/gpu.deploy.device-plugin]
+
+- name: Set a config where a host names one, and the default only where a Node has none, in one run
+  gpuops.nvidia.node_labels:
+    sets:
+      - labels: {gpu-node-1: {nvidia.com/mig.config: all-1g.10gb}}
+      - labels: {gpu-node-2: {nvidia.com/mig.config: all-disabled}}
+        keep_existing: [nvidia.com/mig.config]
 """
 
 RETURN = r"""
@@ -76,10 +104,23 @@ changed_nodes:
   type: list
   elements: str
 missing_nodes:
-  description: Nodes named in O(labels) that the cluster does not have.
+  description: Nodes named in O(labels) (or in any of O(sets)) that the cluster does not have.
   returned: always
   type: list
   elements: str
+sets:
+  description: With O(sets), for each set in its order, the Nodes whose labels that set changes.
+  returned: when O(sets) is given
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The set's O(sets[].name), null where none was given.
+      type: str
+    changed_nodes:
+      description: The Nodes this set patches (or, in check mode, would).
+      type: list
+      elements: str
 """
 
 from typing import Any
@@ -114,38 +155,64 @@ def plan(current: dict[str, dict], wanted: dict[str, dict], keep_existing: set[s
     return patches
 
 
+def plan_sets(current: dict[str, dict], sets: list[dict]) -> tuple[dict[str, dict], list[list[str]]]:
+    """The merged patch per Node of several label sets (a later set's value wins for a key two sets name), and
+    each set's own changed Nodes, in order."""
+    merged: dict[str, dict] = {}
+    changed: list[list[str]] = []
+    for one in sets:
+        patches = plan(current, one["labels"] or {}, set(one.get("keep_existing") or []))
+        changed.append(sorted(patches))
+        for node, patch in patches.items():
+            merged.setdefault(node, {}).update(patch)
+    return merged, changed
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "labels": {"type": "dict", "required": True},
+            "labels": {"type": "dict"},
             "keep_existing": {"type": "list", "elements": "str", "default": []},
+            "sets": {"type": "list", "elements": "dict", "options": {
+                "name": {"type": "str"},
+                "labels": {"type": "dict", "required": True},
+                "keep_existing": {"type": "list", "elements": "str", "default": []},
+            }},
             "missing": {"type": "str", "choices": ["fail", "warn"], "default": "fail"},
             "field_manager": {"type": "str", "default": "gpuops-nvidia"},
             **AUTH_ARGS,
         },
+        required_one_of=[("labels", "sets")],
+        mutually_exclusive=[("labels", "sets")],
         supports_check_mode=True,
     )
+    p = module.params
+    sets = p["sets"] if p["sets"] is not None else [{"labels": p["labels"], "keep_existing": p["keep_existing"]}]
+    for index, one in enumerate(sets):
+        bad = [n for n, v in (one["labels"] or {}).items() if v is not None and not isinstance(v, dict)]
+        if bad:
+            where = "labels" if p["sets"] is None else f"sets[{index}].labels"
+            module.fail_json(msg=f"{where}: the value for node(s) {bad} must be a mapping of label to value")
     api = connect(module)
     from kubernetes import client
-    p = module.params
-    bad = [n for n, v in p["labels"].items() if v is not None and not isinstance(v, dict)]
-    if bad:
-        module.fail_json(msg=f"labels: the value for node(s) {bad} must be a mapping of label to value")
     core = client.CoreV1Api(api)
     try:
         nodes: Any = core.list_node(_preload_content=True)
     except Exception as exc:  # an API error, an unreachable server
         module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
     current = {n.metadata.name: dict(n.metadata.labels or {}) for n in nodes.items}
-    missing = sorted(n for n in p["labels"] if n not in current)
+    named = {n for one in sets for n in (one["labels"] or {})}
+    missing = sorted(n for n in named if n not in current)
     if missing and p["missing"] == "fail":
         module.fail_json(msg=f"{len(missing)} node(s) are not in the cluster: {', '.join(missing[:20])}"
                              f"{' ...' if len(missing) > 20 else ''}; each host's Node must carry its name "
                              "(gpuops_cluster_node_name sets another)", missing_nodes=missing)
     if missing:
         module.warn(f"node(s) not in the cluster, not labelled: {', '.join(missing[:20])}")
-    patches = plan(current, p["labels"], set(p["keep_existing"]))
-    result = {"changed": bool(patches), "changed_nodes": sorted(patches), "missing_nodes": missing}
+    patches, changed = plan_sets(current, sets)
+    result: dict[str, Any] = {"changed": bool(patches), "changed_nodes": sorted(patches), "missing_nodes": missing}
+    if p["sets"] is not None:
+        result["sets"] = [{"name": one["name"], "changed_nodes": changed[index]} for index, one in enumerate(sets)]
     if module._diff and patches:
         result["diff"] = {
             "before": {n: {k: current[n].get(k) for k in patch} for n, patch in sorted(patches.items())},

@@ -470,6 +470,21 @@ def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_clust
     out = " ".join(res.stdout.split())
     assert res.returncode != 0
     assert "r-a100: the MIG manager failed to apply all-disabled (nvidia.com/mig.config.state=failed)" in out, out[-3000:]
+    # The roles in a playbook of one's own (no cluster.yml, so no batching): the MIG manager role labels at once and
+    # records what it set, and the validation role after it waits for that config.
+    own = inventory.with_name("mig-alone.yml")
+    own.write_text(yaml.safe_dump([{
+        "name": "The MIG manager alone", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "module_defaults": {f"group/{group}": {"kubeconfig": "{{ gpuops_cluster_kubeconfig }}"}
+                            for group in ("kubernetes.core.k8s", "gpuops.nvidia.cluster")},
+        "roles": ["gpuops.nvidia.mig_manager", "gpuops.nvidia.validation"]}]))
+    r_a100["gpuops_mig_manager_config"] = "all-1g.10gb"
+    other.write_text(json.dumps(changed))
+    res = playbook(other, extra={"gpuops_validation_smoke": "never"}, play=str(own))
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "Label the nodes, MIG configs" in out, out[-3000:]
+    assert re.search(r"r-a100: [^']*nvidia\.com/mig-1g\.10gb=14, ", out), out[-3000:]
     # The inventory's config again: applied and validated.
     res = playbook(inventory, extra={"gpuops_validation_smoke": "never"})
     assert res.returncode == 0, res.stdout[-3000:]
