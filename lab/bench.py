@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from .cluster import scale_nodes
-from .facts import cluster_inventory, profile_mig_config, profile_mig_configs
+from .facts import cluster_inventory, fact_cache_env, move_facts_to_cache, profile_mig_config, profile_mig_configs
 from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
 
@@ -91,11 +91,13 @@ class Bench:
             raise SystemExit(f"bench: {' '.join(cmd[:6])} ... failed ({res.returncode}); see {self.log}:\n{res.stdout[-3000:]}")
         return res
 
-    def playbook(self, playbook: str, inventory: Path, *extra: str, forks: int | None = None) -> tuple[float, dict[str, dict[str, int]], str]:
+    def playbook(self, playbook: str, inventory: Path, *extra: str, forks: int | None = None,
+                 env: dict[str, str] | None = None) -> tuple[float, dict[str, dict[str, int]], str]:
         """Run a playbook, return (seconds, the recap per host, the output); any failed host stops the bench."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *extra, str(REPO / "playbooks" / playbook)]
         t0 = time.monotonic()
-        env = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", **({"ANSIBLE_FORKS": str(forks)} if forks else {})}
+        env = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", **({"ANSIBLE_FORKS": str(forks)} if forks else {}),
+               **(env or {})}
         res = self._run(cmd, check=False, env=env)
         took = time.monotonic() - t0
         recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5]),
@@ -220,14 +222,17 @@ def scale_part(bench: Bench) -> None:
         # The MIG config each MIG profile's GPUs are in (as `lab up` writes it): the lab's MIG manager must apply what
         # the facts show, or the no-op run expects MIG devices the default config took away.
         configs = profile_mig_configs(profile for _name, profile in nodes)
-        inventory.write_text(json.dumps(cluster_inventory(nodes, {
+        # The hosts' facts come from a jsonfile fact cache, as node.yml leaves them for a later cluster.yml.
+        facts = state / "facts"
+        inventory.write_text(json.dumps(move_facts_to_cache(cluster_inventory(nodes, {
             "gpuops_cluster_kubeconfig": str(state / "cluster/kubeconfig"), "gpuops_validation_timeout": 300,
             "gpuops_node_feature_discovery_crds_url": f"file://{state / 'cluster/nfd-api-crds.yaml'}",
             **({"gpuops_mig_manager_configs": configs} if configs else {})},
-            {name: {"gpuops_mig_manager_config": config} for name, profile in nodes if (config := profile_mig_config(profile))})))
+            {name: {"gpuops_mig_manager_config": config} for name, profile in nodes if (config := profile_mig_config(profile))}),
+            facts)))
         for run in ("first", "no-op"):
             # The forks of the lab tests that ran this before (ansible.cfg has 20).
-            took, recap, out = bench.playbook("cluster.yml", inventory, forks=50)
+            took, recap, out = bench.playbook("cluster.yml", inventory, forks=50, env=fact_cache_env(facts))
             if run == "no-op":
                 _unchanged(recap, "cluster.yml")
             waited = WAITED.search(" ".join(out.split()))

@@ -75,6 +75,38 @@ def cluster_inventory(nodes: list[tuple[str, ...]], group_vars: dict | None = No
     return {"all": {"vars": group_vars or {}, "children": {"gpu_nodes": {"hosts": hosts}}}}
 
 
+# Written by Ansible's own jsonfile cache plugin (its format is Ansible's to choose), in a child process so this one
+# never loads Ansible's plugins.
+_WRITE_CACHE = """
+import json, sys
+from ansible.plugins.loader import cache_loader, init_plugin_loader
+init_plugin_loader()
+cache = cache_loader.get("ansible.builtin.jsonfile")
+for host, facts in json.load(sys.stdin).items():
+    cache.set(host, facts)
+"""
+
+
+def fact_cache_env(directory: Path) -> dict[str, str]:
+    """The settings that point ansible-playbook at a jsonfile fact cache in `directory` (docs/cluster.md's)."""
+    return {"ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(directory),
+            "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400"}
+
+
+def move_facts_to_cache(inventory: dict, directory: Path) -> dict:
+    """The inventory with its hosts' gpuops_gpu_info moved into a jsonfile fact cache in `directory`, where node.yml
+    leaves them for a later cluster.yml (the preflight role sets them cacheable). A thousand hosts' facts in the
+    inventory file itself would cost ansible-playbook about 25 s of parsing at every start, which no real setup pays."""
+    hosts = inventory["all"]["children"]["gpu_nodes"]["hosts"]
+    facts = {name: {"gpuops_gpu_info": hv["gpuops_gpu_info"]} for name, hv in hosts.items() if "gpuops_gpu_info" in hv}
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", _WRITE_CACHE], input=json.dumps(facts), text=True, check=True,
+                   env={**os.environ, **fact_cache_env(directory)}, timeout=300)
+    slim = {name: {k: v for k, v in hv.items() if k != "gpuops_gpu_info"} for name, hv in hosts.items()}
+    return {"all": {**inventory["all"], "children": {**inventory["all"]["children"],
+                                                     "gpu_nodes": {**inventory["all"]["children"]["gpu_nodes"], "hosts": slim}}}}
+
+
 # The MIG config the a100-pcie-mig profile's GPUs are in (GPU 0 split as all-balanced splits an A100 80GB,
 # GPU 1 whole): a lab inventory names it for that profile's host, so the lab's MIG manager applying it
 # leaves the layout the host's facts show.
