@@ -160,14 +160,15 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 40 || true; exit $$rc
 
-# lab-test runs beside the scenarios that mostly wait on SSH and lab clusters (SIDE_SCENARIOS), then the first
-# install (default, busy building DKMS modules) runs alone. Both sides use the lab's caches, filled before by
-# `caches`, so they never build the same image or binary at once; they take different ports (lab-test from 2300,
-# molecule from 2241, lab clusters any free one). lab-test's output goes to a file, printed after.
+# lab-test runs beside the molecule scenarios, one after another: first those that mostly wait on SSH and lab clusters
+# (SIDE_SCENARIOS), then the first install (default, busy building DKMS modules), which starts while lab-test still
+# runs (it used to wait for lab-test to end, and lab-test, one playbook at a time, ran its last ten minutes alone).
+# Both sides use the lab's caches, filled before by `caches`, so they never build the same image or binary at once;
+# they take different ports (lab-test from 2300, molecule from 2241, lab clusters any free one). lab-test's output
+# goes to a file, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
 LAB_TEST_LOG := .build/lab-test.log
 test-steps: venv lab-deps collection checks caches side-by-side
-	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))"
 
 # unit, lint and sanity at once, each into .build/NAME.log (where `lab time failures` looks), printed after in this
 # order: each is mostly one busy process, so on 2 cores the three take about as long as the longest, not their sum.
@@ -184,9 +185,9 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
 	  $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & pid=$$!; \
-	  $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS)" || rc=$$?; \
+	  $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS) $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))" || rc=$$?; \
 	  wait $$pid || rc=$$((rc ? rc : $$?)); \
-	  echo "==== lab-test (ran beside molecule $(SIDE_SCENARIOS)): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
+	  echo "==== lab-test (ran beside the molecule scenarios): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
 
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
 	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
