@@ -94,17 +94,16 @@ def fact_cache_env(directory: Path) -> dict[str, str]:
 
 
 def move_facts_to_cache(inventory: dict, directory: Path) -> dict:
-    """The inventory with its hosts' gpuops_gpu_info moved into a jsonfile fact cache in `directory`, where node.yml
-    leaves them for a later cluster.yml (the preflight role sets them cacheable). A thousand hosts' facts in the
-    inventory file itself would cost ansible-playbook about 25 s of parsing at every start, which no real setup pays."""
+    """Move the inventory's hosts' gpuops_gpu_info into a jsonfile fact cache in `directory`, where node.yml leaves them
+    for a later cluster.yml (the preflight role sets them cacheable), and return the inventory without them. A thousand
+    hosts' facts in the inventory file itself would cost ansible-playbook about 25 s of parsing at every start, which no
+    real setup pays."""
     hosts = inventory["all"]["children"]["gpu_nodes"]["hosts"]
-    facts = {name: {"gpuops_gpu_info": hv["gpuops_gpu_info"]} for name, hv in hosts.items() if "gpuops_gpu_info" in hv}
+    facts = {name: {"gpuops_gpu_info": hv.pop("gpuops_gpu_info")} for name, hv in hosts.items() if "gpuops_gpu_info" in hv}
     directory.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-c", _WRITE_CACHE], input=json.dumps(facts), text=True, check=True,
                    env={**os.environ, **fact_cache_env(directory)}, timeout=300)
-    slim = {name: {k: v for k, v in hv.items() if k != "gpuops_gpu_info"} for name, hv in hosts.items()}
-    return {"all": {**inventory["all"], "children": {**inventory["all"]["children"],
-                                                     "gpu_nodes": {**inventory["all"]["children"]["gpu_nodes"], "hosts": slim}}}}
+    return inventory
 
 
 # The MIG config the a100-pcie-mig profile's GPUs are in (GPU 0 split as all-balanced splits an A100 80GB,
