@@ -1,6 +1,7 @@
 """The field-config test's judge, run on a lab machine with its real containerd (molecule/runtime, field.yml).
 
-  field_judge.py prepare SRC WORK      one case per config of SRC and layout (in place, drop-in) under WORK,
+  field_judge.py prepare SRC WORK      one case per config of SRC (JSON: file name to text) and layout (in place,
+                                       drop-in) under WORK,
                                        each with `containerd config dump` of the untouched config; prints the cases
   field_judge.py judge RESULTS         after the module ran on each case (RESULTS: its two runs, as JSON): prints
                                        what containerd's own dump of the result says is wrong, one line each
@@ -73,9 +74,9 @@ def prepare(src, work):
     cases = []
     version = subprocess.run(["containerd", "--version"], capture_output=True, text=True, check=True).stdout
     major = int(re.search(r"\sv?(\d+)\.\d+\.\d+", version).group(1))
-    for name in sorted(n for n in os.listdir(src) if n.endswith(".toml")):
-        with open(os.path.join(src, name), encoding="utf-8") as handle:
-            text = handle.read()
+    with open(src, encoding="utf-8") as handle:
+        configs = json.load(handle)
+    for name, text in sorted(configs.items()):
         if major < 2 and re.search(r"^version\s*=\s*3\s*$", text, re.M):
             continue  # containerd 1.x does not read version 3: a refusal the unit tests prove for each of them
         for layout, drop_in in LAYOUTS.items():
@@ -86,7 +87,8 @@ def prepare(src, work):
                 handle.write(re.sub(r"""(["'])/etc/""", rf"\g<1>{case}/etc/", text))
             for path, companion in COMPANIONS.get(name, {}).items():
                 os.makedirs(os.path.dirname(os.path.join(case, path)), exist_ok=True)
-                shutil.copy(os.path.join(src, companion), os.path.join(case, path))
+                with open(os.path.join(case, path), "w", encoding="utf-8") as handle:
+                    handle.write(configs[companion])
             before, error = dump(os.path.join(case, "config.toml"))
             with open(os.path.join(case, "dump-before.json"), "w", encoding="utf-8") as handle:
                 json.dump({"dump": before, "error": error, "files": files(case)}, handle)
