@@ -160,14 +160,19 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 40 || true; exit $$rc
 
-# lab-test runs beside the molecule scenarios, one after another: first those that mostly wait on SSH and lab clusters
-# (SIDE_SCENARIOS), then the first install (default, busy building DKMS modules), which starts while lab-test still
-# runs (it used to wait for lab-test to end, and lab-test, one playbook at a time, ran its last ten minutes alone).
-# Both sides use the lab's caches, filled before by `caches`, so they never build the same image or binary at once;
-# they take different ports (lab-test from 2300, molecule from 2241, lab clusters any free one). lab-test's output
-# goes to a file, printed after.
+# Three lanes at once (side-by-side): lab-test; the first install (FIRST_INSTALL: default, the longest scenario, busy
+# building DKMS modules, then waiting on its one-node-at-a-time rollout); and the other scenarios one after another
+# (SIDE_SCENARIOS, which mostly wait on SSH round trips and lab clusters). Measured on 2026-11-29: lab-test 26:10, the
+# first install 28:20 and the others 16:12, and with two lanes the first install ran its last 21 minutes alone, a core
+# mostly idle. Both molecule lanes and lab-test use the lab's caches, filled before by `caches`, so none builds an image
+# or binary another is building; they take different ports (lab-test's machines from 2300, the side scenarios' from
+# 2241, the first install's from FIRST_INSTALL_PORT, lab clusters any free one). lab-test's and the first install's
+# output go to files, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
+FIRST_INSTALL := $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))
+FIRST_INSTALL_PORT := 2271
 LAB_TEST_LOG := .build/lab-test.log
+FIRST_INSTALL_LOG := .build/first-install-lane.log
 test-steps: venv lab-deps collection checks caches side-by-side
 
 # unit, lint and sanity at once, each into .build/NAME.log (where `lab time failures` looks), printed after in this
@@ -184,9 +189,12 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
-	  $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & pid=$$!; \
-	  $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS) $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))" || rc=$$?; \
-	  wait $$pid || rc=$$((rc ? rc : $$?)); \
+	  $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
+	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" \
+	    > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
+	  $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS)" || rc=$$?; \
+	  wait $$first || rc=$$((rc ? rc : $$?)); wait $$lab || rc=$$((rc ? rc : $$?)); \
+	  echo "==== $(FIRST_INSTALL) (ran beside the other scenarios and lab-test): $(FIRST_INSTALL_LOG) ===="; cat $(FIRST_INSTALL_LOG); \
 	  echo "==== lab-test (ran beside the molecule scenarios): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
 
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
