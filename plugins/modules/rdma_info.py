@@ -124,12 +124,21 @@ plan:
     doca_repo: null
     warnings: []
     installed: {rdma-core: {version: 50.0-2build2, held: false}}
+boot_list:
+  description:
+    - The file that loads the GPUDirect modules at every boot (C(path)) and whether it is there now (C(present)), so
+      that a role removes it only where it is.
+  returned: success
+  type: dict
+  sample: {path: /etc/modules-load.d/gpuops-rdma.conf, present: false}
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import NICS, STACKS, RdmaRequest, plan_rdma
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import MODULES_LOAD_PATH, NICS, STACKS, RdmaRequest, plan_rdma
 
 
 def main() -> None:
@@ -171,7 +180,7 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     for warning in plan.warnings:
         module.warn(warning)
-    module.exit_json(changed=False, plan=plan.result())
+    module.exit_json(changed=False, plan=plan.result(), boot_list={"path": MODULES_LOAD_PATH, "present": os.path.lexists(MODULES_LOAD_PATH)})
 
 
 if __name__ == "__main__":
