@@ -124,8 +124,12 @@ options:
     default: {}
   validate_only:
     description:
-      - Check the options against the node only (the runtime installed, its version, the paths), without
-        reading or writing any config file and without tomlkit; a role runs it before it changes anything.
+      - Check the options against the node (the runtime installed, its version, the paths) and write nothing; a role
+        runs it before it changes anything.
+      - Where tomlkit is there (the toolkit installed), also plans the change as a real run would, reads the config
+        files for it (a file the runtime cannot read fails here) and says in RV(up_to_date) whether that run would
+        change nothing, so that the role can leave it out. Without tomlkit nothing is read and RV(up_to_date) is
+        C(null).
     type: bool
     default: false
   packages:
@@ -288,6 +292,13 @@ removed_directories:
   returned: when there were any
   type: list
   elements: str
+up_to_date:
+  description:
+    - With O(validate_only), whether a run with the same options would change nothing (no file to write, no restart
+      pending); C(null) where that cannot be planned (tomlkit missing). The RV(cdi_enabled) and RV(config_version) of
+      a planned check are the config's as it is.
+  returned: with O(validate_only)
+  type: bool
 rollback:
   description:
     - For each runtime config file written - its path, its backup (empty when there is none) and whether it existed
@@ -335,9 +346,9 @@ def unit_started_usec(module: AnsibleModule, unit: str) -> int | None:
         return None
 
 
-def pending_restart(module: AnsibleModule, marker: str, unit: str) -> bool:
+def pending_restart(module: AnsibleModule, marker: str, unit: str, read_only: bool = False) -> bool:
     """Whether the marker says a config change still waits for the runtime's restart. A marker last written
-    before the unit's last start is stale: removed (outside check mode) and not pending."""
+    before the unit's last start is stale: removed (outside check mode and read_only) and not pending."""
     try:
         written = os.stat(marker).st_mtime
     except FileNotFoundError:
@@ -345,7 +356,7 @@ def pending_restart(module: AnsibleModule, marker: str, unit: str) -> bool:
     started = unit_started_usec(module, unit)
     # systemd's monotonic start time, as wall-clock time (the marker's mtime) by way of the clocks' offset now.
     if started and time.time() - (time.monotonic() - started / 1_000_000) > written:
-        if not module.check_mode:
+        if not (module.check_mode or read_only):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(marker)
         return False
@@ -465,8 +476,7 @@ def remove(module: AnsibleModule, runtime: str, config: str, drop_in: str, resul
         module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)
     for warning in plan["warnings"]:
         module.warn(warning)
-    marker = "" if result["image_build"] else (
-        p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending"))
+    marker = restart_marker(module, runtime, result["image_build"])
     pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
     tracker = ChangeTracker(module._diff, always_list=True)
     done: list[FileResult] = []
@@ -510,6 +520,49 @@ def remove(module: AnsibleModule, runtime: str, config: str, drop_in: str, resul
                   cdi_supported=False, restored_from=plan["restored_from"])
     tracker.update(result)
     module.exit_json(**result)
+
+
+def plan_present(module: AnsibleModule, runtime: str, config: str, drop_in: str, version: tuple[int, int, int],
+                 result: dict) -> tuple[dict, dict]:
+    """The change state=present makes: the runtime's plan and the toolkit config's; fails the module on a config it
+    cannot read or use. Reads files and may run `containerd config default`; writes nothing."""
+    p = module.params
+    names = p["variables"]
+    try:
+        if runtime == "containerd":
+            binary = module.get_bin_path("containerd")
+            main_text = read_text(config)
+            plan = cr.plan_containerd(
+                version=version, main_path=config, main_text=main_text, imports=containerd_imports(config, main_text, version),
+                defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
+                drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
+                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
+                cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+            result["config_version"] = plan["config_version"]
+        else:
+            if p["cdi"] == "skip":
+                module.warn("cdi: skip has no effect on CRI-O, whose CDI support is always on")
+            plan = cr.plan_crio(
+                sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read_text(drop_in),
+                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
+                cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+        toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read_text(p["toolkit_config"]),
+                                  mode=p["toolkit_mode"], settings=p["toolkit_settings"])
+    except cr.ConfigError as exc:
+        module.fail_json(msg=exc.named(names), **result)
+    except NotTextError as exc:
+        module.fail_json(msg=str(exc), **result)
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)
+    return plan, toolkit
+
+
+def restart_marker(module: AnsibleModule, runtime: str, image_build: bool) -> str:
+    """The restart marker in use: none in an image build, else the option's (empty: off) or the runtime's default."""
+    p = module.params
+    if image_build:
+        return ""
+    return p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending")
 
 
 def main() -> None:
@@ -576,41 +629,28 @@ def main() -> None:
     if p["validate_only"]:
         for warning in warnings:
             module.warn(warning)
-        module.exit_json(changed=False, files=[], restart_required=False, restart_pending=False, restart_marker="",
-                         rollback=[], cdi_enabled=False,
-                         cdi_supported=runtime == "crio" or version >= cr.CDI_MIN, **result)
+        check = {"changed": False, "files": [], "restart_required": False, "restart_pending": False, "restart_marker": "",
+                 "rollback": [], "cdi_enabled": False, "cdi_supported": runtime == "crio" or version >= cr.CDI_MIN,
+                 "up_to_date": None}
+        if p["state"] == "present" and cr.HAS_TOMLKIT:
+            plan, toolkit = plan_present(module, runtime, config, drop_in, version, result)
+            marker = restart_marker(module, runtime, result["image_build"])
+            pending = bool(marker) and pending_restart(module, marker, UNITS[runtime], read_only=True)
+            files = {**plan["files"], **toolkit["files"]}
+            check.update(files=sorted(files), restart_pending=pending, restart_marker=marker, cdi_enabled=plan["cdi_enabled"],
+                         cdi_supported=plan["cdi_supported"], up_to_date=not files and not pending)
+            # The run that changes something warns again; one the caller leaves out would not.
+            if check["up_to_date"]:
+                for warning in plan["warnings"]:
+                    module.warn(warning)
+        module.exit_json(**check, **result)
     # An uninstall needs tomlkit only to edit a file in place (remove says so): a second one runs after the toolkit's
     # packages, tomlkit among them, are gone.
     if p["state"] == "absent":
         remove(module, runtime, config, drop_in, result)
     if not cr.HAS_TOMLKIT:
         module.fail_json(msg=missing_required_lib("tomlkit (python3-tomlkit)"))
-    try:
-        if runtime == "containerd":
-            binary = module.get_bin_path("containerd")
-            main_text = read_text(config)
-            plan = cr.plan_containerd(
-                version=version, main_path=config, main_text=main_text, imports=containerd_imports(config, main_text, version),
-                defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
-                drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
-                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
-                cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
-            result["config_version"] = plan["config_version"]
-        else:
-            if p["cdi"] == "skip":
-                module.warn("cdi: skip has no effect on CRI-O, whose CDI support is always on")
-            plan = cr.plan_crio(
-                sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read_text(drop_in),
-                name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
-                cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
-        toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read_text(p["toolkit_config"]),
-                                  mode=p["toolkit_mode"], settings=p["toolkit_settings"])
-    except cr.ConfigError as exc:
-        module.fail_json(msg=exc.named(names), **result)
-    except NotTextError as exc:
-        module.fail_json(msg=str(exc), **result)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot read the runtime's config: {exc}", **result)
+    plan, toolkit = plan_present(module, runtime, config, drop_in, version, result)
     for warning in plan["warnings"]:
         module.warn(warning)
 
@@ -618,8 +658,7 @@ def main() -> None:
     all_files = {**runtime_files, **toolkit["files"]}
     tracker = ChangeTracker(module._diff, always_list=True)
     written: list[FileResult] = []
-    marker = "" if result["image_build"] else (
-        p["restart_marker"] if p["restart_marker"] is not None else os.path.join(MARKER_DIR, f"{runtime}.restart-pending"))
+    marker = restart_marker(module, runtime, result["image_build"])
     pending = bool(marker) and pending_restart(module, marker, UNITS[runtime])
     path = marker
     # Directories the writes may make (a drop-in directory containerd does not ship, CRI-O's backup directory), with

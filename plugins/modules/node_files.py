@@ -38,7 +38,11 @@ options:
         choices: [file, directory, absent]
         default: file
       content:
-        description: The text of the file (state C(file) only).
+        description:
+          - The text of the file (state C(file) only).
+          - Without it, the file's text is left as it is (only O(files[].mode), O(files[].owner) and O(files[].group)
+            are set) and a missing file is not made; RV(files[].present) says whether it is there, so that a role can
+            make it another way (a key downloaded) only when it is missing.
         type: str
       mode:
         description:
@@ -125,11 +129,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: Each entry of O(files), with whether it changed and the backup made (an empty string when none).
+  description:
+    - Each entry of O(files), with whether it changed, the backup made (an empty string when none) and whether the path
+      is there after the call (C(present); in check mode, as it would be).
   returned: always
   type: list
   elements: dict
-  sample: [{"path": "/etc/modprobe.d/gpuops-nvidia.conf", "state": "absent", "changed": false, "backup": ""}]
+  sample: [{"path": "/etc/modprobe.d/gpuops-nvidia.conf", "state": "absent", "changed": false, "backup": "", "present": false}]
 units:
   description: Each entry of O(units), with the systemctl actions taken (or that would be, in check mode).
   returned: always

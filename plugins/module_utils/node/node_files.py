@@ -102,8 +102,8 @@ def file_specs(entries: list[Mapping[str, Any]]) -> list[FileSpec]:
         if state not in FILE_STATES:
             raise SpecError(f"{where}: state {state!r} is not one of {', '.join(FILE_STATES)}")
         content = entry.get("content")
-        if state == "file" and content is None:
-            raise SpecError(f"{where}: a file needs its content")
+        if state == "file" and content is None and entry.get("backup"):
+            raise SpecError(f"{where}: backup is for a file whose content this call writes")
         if state != "file" and content is not None:
             raise SpecError(f"{where}: content is for state file only, not {state}")
         specs.append(FileSpec(path=os.path.normpath(path), state=state, content=None if content is None else str(content),
@@ -170,9 +170,11 @@ def _attributes(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker, *
 
 
 def apply_file(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker, gone: set[str] | None = None) -> dict[str, Any]:
-    """One entry of `files`, done; its result (path, state, changed, backup). `gone`: the paths earlier entries of this
-    call removed (or would, in check mode), so that a directory they leave empty is seen as empty."""
-    result: dict[str, Any] = {"path": spec.path, "state": spec.state, "changed": False, "backup": ""}
+    """One entry of `files`, done; its result (path, state, changed, backup, present). `gone`: the paths earlier entries of
+    this call removed (or would, in check mode), so that a directory they leave empty is seen as empty. A file without
+    content is left as it is, but for its mode and ownership, and is not made when missing."""
+    result: dict[str, Any] = {"path": spec.path, "state": spec.state, "changed": False, "backup": "",
+                              "present": spec.state != "absent"}
     gone = set() if gone is None else gone
     if spec.state == "absent" and os.path.isdir(spec.path) and not os.path.islink(spec.path):
         # A directory goes only when nothing but what this call removed is in it: anything else keeps it.
@@ -202,7 +204,11 @@ def apply_file(module: AnsibleModule, spec: FileSpec, tracker: ChangeTracker, go
         if done.changed:
             gone.add(spec.path)
         return result
-    done = write_text(module, spec.path, spec.content or "", mode=spec.mode, backup=spec.backup)
+    if spec.content is None:
+        result["present"] = os.path.isfile(spec.path)
+        result["changed"] = result["present"] and _attributes(module, spec, tracker, skip_mode=False)
+        return result
+    done = write_text(module, spec.path, spec.content, mode=spec.mode, backup=spec.backup)
     result.update(changed=tracker.add_file(done), backup=done.backup)
     # A file just written has the mode asked for; one left as it was may not.
     result["changed"] |= _attributes(module, spec, tracker, skip_mode=done.changed)

@@ -235,12 +235,48 @@ def test_inputs_are_refused_naming_the_role_variable_before_anything_is_written(
     assert files(etc) == before
 
 
-def test_validate_only_reads_and_writes_no_config(node, monkeypatch):
+def test_validate_only_without_tomlkit_reads_and_writes_no_config(node, monkeypatch):
     etc, run, _calls, _v = node
     (etc / "containerd/config.toml").write_text("this is not TOML [")
     monkeypatch.setattr(container_runtime.cr, "HAS_TOMLKIT", False)  # a fresh node has no python3-tomlkit yet
     res = run(validate_only=True, toolkit_mode="cdi")
     assert not res["failed"] and not res["changed"] and res["runtime"] == "containerd" and res["runtime_version"] == "2.2.1"
+    assert res["up_to_date"] is None
+    assert files(etc) == {"containerd/config.toml": "this is not TOML ["}
+
+
+def test_validate_only_says_whether_the_real_run_would_change_anything(node, tmp_path):
+    etc, run, _calls, version = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    before = files(etc)
+    first = run(validate_only=True, toolkit_mode="cdi")
+    # The plan is the real run's: files to write, so not up to date; nothing written.
+    assert first["up_to_date"] is False and not first["changed"] and files(etc) == before
+    assert str(etc / "containerd/conf.d/99-nvidia.toml") in first["files"] and first["cdi_enabled"]
+    assert run(toolkit_mode="cdi")["changed"]
+    again = run(validate_only=True, toolkit_mode="cdi")
+    assert again["up_to_date"] is True and again["files"] == [] and again["cdi_enabled"] and again["config_version"] == 3
+    # Another toolkit mode is a change the check sees.
+    assert run(validate_only=True, toolkit_mode="legacy")["up_to_date"] is False
+    # A restart still pending (the runtime not started since the marker) is not up to date either, and the check
+    # leaves the marker where it is.
+    marker = tmp_path / "run/gpuops/containerd.restart-pending"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("{}")
+    version["unit_started_usec"] = "0"
+    pending = run(validate_only=True, toolkit_mode="cdi")
+    assert pending["up_to_date"] is False and pending["restart_pending"] and marker.exists()
+    # A stale marker (the runtime started after it) is not pending, and the check does not remove it.
+    version["unit_started_usec"] = str(10**15)
+    stale = run(validate_only=True, toolkit_mode="cdi")
+    assert stale["up_to_date"] is True and not stale["restart_pending"] and marker.exists()
+
+
+def test_validate_only_refuses_a_config_the_real_run_could_not_read(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text("this is not TOML [")
+    res = run(validate_only=True, toolkit_mode="cdi")
+    assert res["failed"] and str(etc / "containerd/config.toml") in res["msg"]
     assert files(etc) == {"containerd/config.toml": "this is not TOML ["}
 
 

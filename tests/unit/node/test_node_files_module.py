@@ -196,10 +196,26 @@ def test_a_unit_asked_to_be_disabled_and_stopped_that_the_node_lacks_is_already_
     assert res["failed"] and res["msg"] == "nope.service: no such unit on this node"
 
 
+def test_a_file_without_content_keeps_its_text_and_is_not_made(node, tmp_path):
+    key, missing = tmp_path / "key.asc", tmp_path / "missing.asc"
+    key.write_text("KEY\n")
+    key.chmod(0o600)
+    entries = [{"path": str(key), "mode": "0644"}, {"path": str(missing), "mode": "0644"},
+               {"path": str(tmp_path / "src.list"), "content": "deb x /\n"}, {"path": str(tmp_path / "gone"), "state": "absent"}]
+    res = node.run(check=True, files=entries)
+    assert [(f["present"], f["changed"]) for f in res["files"]] == [(True, True), (False, False), (True, True), (False, False)]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and not (tmp_path / "src.list").exists()
+    res = node.run(files=entries)
+    assert [(f["present"], f["changed"]) for f in res["files"]] == [(True, True), (False, False), (True, True), (False, False)]
+    assert key.read_text() == "KEY\n" and stat.S_IMODE(key.stat().st_mode) == 0o644 and not missing.exists()
+    assert [f["present"] for f in node.run(files=entries)["files"]] == [True, False, True, False]
+    assert not node.run(files=entries)["changed"]
+
+
 @pytest.mark.parametrize(("files", "units", "message"), [
     ([{"path": "relative/path", "content": ""}], [], "files[0] (relative/path): path must be absolute"),
     ([{"path": "/a", "content": "x"}, {"path": "/a", "state": "absent"}], [], "files[1] (/a): /a is listed twice"),
-    ([{"path": "/a"}], [], "files[0] (/a): a file needs its content"),
+    ([{"path": "/a", "backup": True}], [], "files[0] (/a): backup is for a file whose content this call writes"),
     ([{"path": "/a", "state": "directory", "content": "x"}], [], "files[0] (/a): content is for state file only, not directory"),
     ([{"path": "/a", "content": "x", "mode": "rw-r--r--"}], [], "files[0] (/a): mode 'rw-r--r--' is not an octal mode such as '0644'"),
     ([], [{"name": "x.service", "state": "started", "restart_on": ["/b"]}], "units[0] (x.service): restart_on names /b, "
