@@ -102,12 +102,21 @@ start_reason:
   description: Why it may, or may not, start now.
   returned: success
   type: str
+service:
+  description:
+    - The state of the plan's service, as M(gpuops.nvidia.node_files) judges it - C(enabled) (C(null) where the node has
+      no such unit yet) and C(active); the role leaves its service call out where that would change nothing. Empty
+      with nothing to run.
+  returned: success
+  type: dict
+  sample: {enabled: true, active: true}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import MODES, plan_fabric, start_decision
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import unit_state
 
 
 def main() -> None:
@@ -135,7 +144,11 @@ def main() -> None:
     except (RuntimeError, OSError) as exc:
         module.fail_json(msg=str(exc))
     start, why = start_decision(plan.version, p["gpu_info"], p["image_build"]) if plan.mode != "none" else (False, "nothing to run")
-    module.exit_json(changed=False, plan=plan.result(), start=start, start_reason=why)
+    service = {}
+    if plan.mode != "none" and plan.service:
+        service = unit_state(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C", "SYSTEMD_PAGER": ""}),
+                             module.get_bin_path("systemctl"), plan.service)
+    module.exit_json(changed=False, plan=plan.result(), start=start, start_reason=why, service=service)
 
 
 if __name__ == "__main__":

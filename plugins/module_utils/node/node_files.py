@@ -233,6 +233,18 @@ def _active(run: Runner, systemctl: str, name: str) -> bool:
     return out.strip() in RUNNING
 
 
+def unit_state(run: Runner, systemctl: str | None, name: str) -> dict[str, bool | None]:
+    """A unit's state as this module's units option judges it: enabled (None where the node has no such unit) and active,
+    so that a caller can leave out a call that would change nothing."""
+    if not systemctl:
+        return {"enabled": None, "active": False}
+    try:
+        enabled: bool | None = _enabled(run, systemctl, name)
+    except SpecError:
+        enabled = None
+    return {"enabled": enabled, "active": _active(run, systemctl, name)}
+
+
 def apply_units(module: AnsibleModule, units: list[UnitSpec], outcome: Outcome, tracker: ChangeTracker, *, image_build: bool,
                 run: Runner, systemctl: str) -> None:
     """daemon-reload when needed, then each unit's enablement and state; none started or stopped in an image build.

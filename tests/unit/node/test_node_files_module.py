@@ -196,6 +196,18 @@ def test_a_unit_asked_to_be_disabled_and_stopped_that_the_node_lacks_is_already_
     assert res["failed"] and res["msg"] == "nope.service: no such unit on this node"
 
 
+def test_unit_state_is_judged_as_the_units_option_judges_it(node):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import unit_state
+    systemd = node.systemd
+    assert unit_state(systemd, "/usr/bin/systemctl", "nvidia-persistenced.service") == {"enabled": False, "active": False}
+    assert unit_state(systemd, "/usr/bin/systemctl", "systemd-journald.service") == {"enabled": True, "active": True}
+    assert unit_state(systemd, "/usr/bin/systemctl", "nope.service") == {"enabled": None, "active": False}
+    assert unit_state(systemd, None, "systemd-journald.service") == {"enabled": None, "active": False}
+    # A unit the units option would leave alone (enabled: true, state: started) is one whose state says so.
+    res = node.run(units=[{"name": "systemd-journald.service", "enabled": True, "state": "started"}])
+    assert not res["changed"] and systemd.actions() == []
+
+
 def test_a_file_without_content_keeps_its_text_and_is_not_made(node, tmp_path):
     key, missing = tmp_path / "key.asc", tmp_path / "missing.asc"
     key.write_text("KEY\n")
