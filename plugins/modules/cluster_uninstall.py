@@ -106,58 +106,13 @@ not_readable:
   elements: str
 """
 
-import json
 import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import uninstall
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
-    AUTH_ARGS,
-    api_error,
-    connect,
-    in_parallel,
-)
-
-METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-PAGE = 500
-
-
-class Api:
-    """Plain JSON calls through the configured client (its authentication, TLS and proxy settings)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def call(self, method: str, path: str, *, query: list | None = None, body: Any = None,
-             accept: str = "application/json", content_type: str = "application/json") -> Any:
-        headers = {"Accept": accept}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        client = self.client
-        if hasattr(client, "param_serialize"):  # the client generated since kubernetes 34
-            request = client.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
-                                             auth_settings=["BearerToken"])
-            response = client.call_api(*request)
-            response.read()
-            if not 200 <= response.status <= 299:
-                client.response_deserialize(response, {})  # raises the ApiException, with the status and the server's body
-        else:
-            response = client.call_api(path, method, query_params=query or [], header_params=headers, body=body,
-                                       auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False)
-        data = response.data
-        return json.loads(data) if data else {}
-
-    def list_metadata(self, path: str) -> list[dict]:
-        items: list[dict] = []
-        token = ""
-        while True:
-            query: list = [("limit", PAGE)] + ([("continue", token)] if token else [])
-            page = self.call("GET", path, query=query, accept=METADATA)
-            items.extend(item.get("metadata") or {} for item in page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, api_error, connect, in_parallel
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import JsonApi as Api
 
 
 def _status(exc: Exception) -> int | None:

@@ -41,7 +41,7 @@ options:
         description:
           - The text of the file (state C(file) only).
           - Without it, the file's text is left as it is (only O(files[].mode), O(files[].owner) and O(files[].group)
-            are set) and a missing file is not made; RV(files[].present) says whether it is there, so that a role can
+            are set) and a missing file is not made; C(present) in RV(files) says whether it is there, so that a role can
             make it another way (a key downloaded) only when it is missing.
         type: str
       mode:

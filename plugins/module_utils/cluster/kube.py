@@ -28,8 +28,12 @@ except ImportError:
     class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in while the kubernetes client is missing (connect() fails before any call): nothing raises it."""
 
-__all__ = ["AUTH_ARGS", "ApiException", "api_client", "api_error", "auth_settings", "connect", "in_parallel", "selector_matches",
-           "self_sufficient"]
+__all__ = ["AUTH_ARGS", "ApiException", "JsonApi", "api_client", "api_error", "auth_settings", "connect", "in_parallel",
+           "resource_path", "selector_matches", "self_sufficient"]
+
+# Lists of object metadata only (PartialObjectMetadataList), a page at a time.
+METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+PAGE = 500
 
 _PROXY_HEADERS: dict[str, Any] = {
     "proxy_basic_auth": {"type": "str", "no_log": True},
@@ -175,3 +179,46 @@ def api_error(exc: Exception) -> str:
         except ValueError:
             return str(body)
     return str(exc)
+
+
+class JsonApi:
+    """Plain JSON calls through the configured client (its authentication, TLS and proxy settings)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def call(self, method: str, path: str, *, query: list | None = None, body: Any = None,
+             accept: str = "application/json", content_type: str = "application/json") -> Any:
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        client = self.client
+        if hasattr(client, "param_serialize"):  # the client generated since kubernetes 34
+            request = client.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
+                                             auth_settings=["BearerToken"])
+            response = client.call_api(*request)
+            response.read()
+            if not 200 <= response.status <= 299:
+                client.response_deserialize(response, {})  # raises the ApiException, with the status and the server's body
+        else:
+            response = client.call_api(path, method, query_params=query or [], header_params=headers, body=body,
+                                       auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False)
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def list_metadata(self, path: str) -> list[dict]:
+        items: list[dict] = []
+        token = ""
+        while True:
+            query: list = [("limit", PAGE)] + ([("continue", token)] if token else [])
+            page = self.call("GET", path, query=query, accept=METADATA)
+            items.extend(item.get("metadata") or {} for item in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+
+def resource_path(api_version: str, resource: str, namespace: str | None = None, name: str | None = None) -> str:
+    """The REST path of a resource (plural, lower case) of an API version, in a namespace or not, one object or all."""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return base + (f"/namespaces/{namespace}" if namespace else "") + f"/{resource}" + (f"/{name}" if name else "")

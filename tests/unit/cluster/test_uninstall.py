@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import uninstall
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import kube, uninstall
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_uninstall
 
 from tests.unit.harness import call
@@ -232,7 +232,7 @@ class NewClientServer(FakeServer):
 def server(monkeypatch, request):
     fake = FakeServer() if request.param == "client-33" else NewClientServer()
     monkeypatch.setattr(cluster_uninstall, "connect", lambda module: fake)
-    monkeypatch.setattr(cluster_uninstall, "PAGE", 2)
+    monkeypatch.setattr(kube, "PAGE", 2)
     monkeypatch.setattr(cluster_uninstall.time, "sleep", lambda s: None)
     fake.add("namespaces", meta("gpu", labels=OURS))
     fake.add("daemonsets", meta("gfd", "gpu", uid="ds", labels=OURS))

@@ -1,0 +1,160 @@
+#!/usr/bin/python
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cluster_read
+short_description: Read several kinds of Kubernetes objects in one module run
+version_added: 0.2.0
+author:
+  - gpuops.nvidia maintainers (@gpuops)
+description:
+  - Gets or lists the objects of each entry of O(reads), the calls in parallel, and returns them by the entry's key, as
+    M(kubernetes.core.k8s_info) returns its RV(kubernetes.core.k8s_info#module:resources) - one module run where a
+    C(k8s_info) per kind would each load the client again.
+  - A kind the server does not serve (a CRD not installed) or a named object that is not there reads as no objects.
+  - Reads only, so it runs the same in check mode.
+options:
+  reads:
+    description: What to read.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      key:
+        description: The name of this read's objects in RV(resources); each key once.
+        type: str
+        required: true
+      api_version:
+        description: The API version, as C(v1) or C(apps/v1).
+        type: str
+        required: true
+      resource:
+        description: The resource, plural and in lower case, as C(deployments) or C(customresourcedefinitions).
+        type: str
+        required: true
+      name:
+        description: One object by its name; all of them without it.
+        type: str
+      namespace:
+        description: The namespace of a namespaced resource; all namespaces without it.
+        type: str
+      label_selectors:
+        description: Label selectors the objects listed must match (all of them), as C(app.kubernetes.io/managed-by=gpuops.nvidia).
+        type: list
+        elements: str
+        default: []
+extends_documentation_fragment:
+  - gpuops.nvidia.kube
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.actiongroup_cluster
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It only reads.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Look for Node Feature Discovery and the ServiceMonitor CRD, in one run
+  gpuops.nvidia.cluster_read:
+    reads:
+      - {key: nfd_crd, api_version: apiextensions.k8s.io/v1, resource: customresourcedefinitions, name: nodefeatures.nfd.k8s-sigs.io}
+      - {key: deployments, api_version: apps/v1, resource: deployments}
+      - {key: service_monitor_crd, api_version: apiextensions.k8s.io/v1, resource: customresourcedefinitions,
+         name: servicemonitors.monitoring.coreos.com}
+  register: cluster
+"""
+
+RETURN = r"""
+resources:
+  description: Each read's key to its objects (none, one for a named object, or the list), each as the server sent it.
+  returned: success
+  type: dict
+  sample: {nfd_crd: [], deployments: [{apiVersion: apps/v1, kind: Deployment, metadata: {name: nfd-master, namespace: nfd}}]}
+key:
+  description: The key of the read that failed first (in the order of O(reads)).
+  returned: failure of a read
+  type: str
+path:
+  description: Its REST path.
+  returned: failure of a read
+  type: str
+  sample: /api/v1/namespaces/gpu-operator
+status:
+  description: The HTTP status the API server answered it with (401, 403), C(null) where none came (no connection).
+  returned: failure of a read
+  type: int
+"""
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
+    AUTH_ARGS,
+    JsonApi,
+    api_error,
+    connect,
+    in_parallel,
+    resource_path,
+)
+
+
+def read(api: JsonApi, entry: dict[str, Any]) -> list[dict]:
+    """One entry's objects: the named one, or every one listed (with its apiVersion and kind, which a list's items lack)."""
+    path = resource_path(entry["api_version"], entry["resource"], entry["namespace"], entry["name"])
+    selectors = ",".join(entry["label_selectors"] or [])
+    try:
+        data = api.call("GET", path, query=[("labelSelector", selectors)] if selectors and not entry["name"] else [])
+    except Exception as exc:
+        if getattr(exc, "status", None) == 404:
+            return []
+        raise
+    if entry["name"]:
+        return [data]
+    kind = str(data.get("kind") or "")
+    kind = kind[:-4] if kind.endswith("List") else kind
+    return [{"apiVersion": data.get("apiVersion"), "kind": kind, **item} for item in data.get("items") or []]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "reads": {"type": "list", "elements": "dict", "required": True, "options": {
+                "key": {"type": "str", "required": True, "no_log": False},
+                "api_version": {"type": "str", "required": True},
+                "resource": {"type": "str", "required": True},
+                "name": {"type": "str"},
+                "namespace": {"type": "str"},
+                "label_selectors": {"type": "list", "elements": "str", "default": []},
+            }},
+            **AUTH_ARGS,
+        },
+        supports_check_mode=True,
+    )
+    reads = module.params["reads"]
+    keys = [r["key"] for r in reads]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        module.fail_json(msg=f"reads: each key once; {', '.join(twice)} is given more than once")
+    api = JsonApi(connect(module))
+    found: dict[str, list[dict]] = {}
+    errors = in_parallel(lambda index: found.__setitem__(reads[index]["key"], read(api, reads[index])), range(len(reads)))
+    if errors:
+        first = reads[min(errors)]
+        path = resource_path(first["api_version"], first["resource"], first["namespace"], first["name"])
+        exc = errors[min(errors)]
+        module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
+                         status=getattr(exc, "status", None))
+    module.exit_json(changed=False, resources={key: found[key] for key in keys})
+
+
+if __name__ == "__main__":
+    main()
