@@ -67,3 +67,35 @@ def test_the_filters_never_import_the_kubernetes_client():
             + "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] == 'kubernetes'}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO / ".build/collections", check=True, capture_output=True, text=True)
     assert filters and out.stdout.strip() == "[]"
+
+
+def _task_names(tasks: object, where: str, task_vars: dict[str, set[str]], facts: dict[str, set[str]]) -> None:
+    """The task and block variables, and the facts (set_fact, register), of a list of tasks, by name."""
+    for task in tasks if isinstance(tasks, list) else []:
+        if not isinstance(task, dict):
+            continue
+        for name in task.get("vars") or {}:
+            task_vars.setdefault(name, set()).add(where)
+        if "register" in task:
+            facts.setdefault(task["register"], set()).add(where)
+        for name in (task.get("ansible.builtin.set_fact") or {}) if isinstance(task.get("ansible.builtin.set_fact"), dict) else {}:
+            if name != "cacheable":
+                facts.setdefault(name, set()).add(where)
+        for part in ("block", "rescue", "always"):
+            _task_names(task.get(part), where, task_vars, facts)
+
+
+def test_no_fact_shadows_a_task_variable():
+    # A fact (set_fact, register) outranks a task or block variable of the same name everywhere after it is set: the
+    # task would read the fact instead of its own variable (cluster_common's nodes.yml compared against an unrelated
+    # read that way once).
+    task_vars: dict[str, set[str]] = {}
+    facts: dict[str, set[str]] = {}
+    for path in sorted([*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("roles/*/handlers/*.yml")]):
+        _task_names(yaml.safe_load(path.read_text()), str(path.relative_to(REPO)), task_vars, facts)
+    for path in sorted(REPO.glob("playbooks/*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            for part in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                _task_names(play.get(part), str(path.relative_to(REPO)), task_vars, facts)
+    clashes = {name: (sorted(task_vars[name]), sorted(facts[name])) for name in sorted(set(task_vars) & set(facts))}
+    assert not clashes, f"task variables also set as facts (variable: where it is a task variable, where a fact): {clashes}"
