@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_read
 
+from tests.unit.cluster.api_fakes import ApiException, Response
 from tests.unit.harness import call
-
-
-class Response:
-    def __init__(self, data):
-        self.data = json.dumps(data).encode()
-
-
-class ApiException(Exception):
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
-        self.body = json.dumps({"message": message})
 
 
 class FakeServer:

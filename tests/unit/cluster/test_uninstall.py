@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import kube, uninstall
 from ansible_collections.gpuops.nvidia.plugins.modules import cluster_uninstall
 
+from tests.unit.cluster.api_fakes import ApiException, Response
 from tests.unit.harness import call
 
 OURS = {"app.kubernetes.io/managed-by": "gpuops.nvidia"}
@@ -119,17 +120,6 @@ def test_node_labels_are_the_ones_our_manager_owns_and_the_operands_state():
     assert uninstall.node_labels_to_remove(nodes, "gpuops-nvidia", ["nvidia.com/mig.config.state"]) == {
         "n1": ["nvidia.com/gpu.present", "nvidia.com/mig.config.state"]}
 
-
-class Response:
-    def __init__(self, data):
-        self.data = json.dumps(data).encode() if data is not None else b""
-
-
-class ApiException(Exception):
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
-        self.body = json.dumps({"message": message})
 
 
 class FakeServer:
