@@ -295,7 +295,8 @@ removed_directories:
 up_to_date:
   description:
     - With O(validate_only), whether a run with the same options would change nothing (no file to write, no restart
-      pending); C(null) where that cannot be planned (tomlkit missing). The RV(cdi_enabled) and RV(config_version) of
+      pending, no restart marker of an earlier run left to remove); C(null) where that cannot be planned (tomlkit
+      missing). The RV(cdi_enabled) and RV(config_version) of
       a planned check are the config's as it is.
   returned: with O(validate_only)
   type: bool
@@ -637,8 +638,10 @@ def main() -> None:
             marker = restart_marker(module, runtime, result["image_build"])
             pending = bool(marker) and pending_restart(module, marker, UNITS[runtime], read_only=True)
             files = {**plan["files"], **toolkit["files"]}
+            # A marker an earlier run left, even one the runtime's restart made stale, is the real run's to remove.
+            marker_left = bool(marker) and os.path.exists(marker)
             check.update(files=sorted(files), restart_pending=pending, restart_marker=marker, cdi_enabled=plan["cdi_enabled"],
-                         cdi_supported=plan["cdi_supported"], up_to_date=not files and not pending)
+                         cdi_supported=plan["cdi_supported"], up_to_date=not files and not pending and not marker_left)
             # The run that changes something warns again; one the caller leaves out would not.
             if check["up_to_date"]:
                 for warning in plan["warnings"]:

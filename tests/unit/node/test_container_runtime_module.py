@@ -254,22 +254,28 @@ def test_validate_only_says_whether_the_real_run_would_change_anything(node, tmp
     assert first["up_to_date"] is False and not first["changed"] and files(etc) == before
     assert str(etc / "containerd/conf.d/99-nvidia.toml") in first["files"] and first["cdi_enabled"]
     assert run(toolkit_mode="cdi")["changed"]
+    marker = tmp_path / "run/gpuops/containerd.restart-pending"
+    # The role's handler restarts the runtime and removes the marker the change wrote.
+    assert marker.exists()
+    marker.unlink()
     again = run(validate_only=True, toolkit_mode="cdi")
     assert again["up_to_date"] is True and again["files"] == [] and again["cdi_enabled"] and again["config_version"] == 3
     # Another toolkit mode is a change the check sees.
     assert run(validate_only=True, toolkit_mode="legacy")["up_to_date"] is False
     # A restart still pending (the runtime not started since the marker) is not up to date either, and the check
     # leaves the marker where it is.
-    marker = tmp_path / "run/gpuops/containerd.restart-pending"
-    marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text("{}")
     version["unit_started_usec"] = "0"
     pending = run(validate_only=True, toolkit_mode="cdi")
     assert pending["up_to_date"] is False and pending["restart_pending"] and marker.exists()
-    # A stale marker (the runtime started after it) is not pending, and the check does not remove it.
+    # A stale marker (the runtime restarted after it, and the run that wrote it was killed before removing it) is not
+    # pending, but it is left for the real run to remove: the check does not remove it, and is not up to date.
     version["unit_started_usec"] = str(10**15)
     stale = run(validate_only=True, toolkit_mode="cdi")
-    assert stale["up_to_date"] is True and not stale["restart_pending"] and marker.exists()
+    assert stale["up_to_date"] is False and not stale["restart_pending"] and marker.exists()
+    tidy = run(toolkit_mode="cdi")
+    assert not tidy["changed"] and not marker.exists()
+    assert run(validate_only=True, toolkit_mode="cdi")["up_to_date"] is True
 
 
 def test_validate_only_refuses_a_config_the_real_run_could_not_read(node):
