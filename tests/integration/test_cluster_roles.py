@@ -84,7 +84,12 @@ def lab_cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("roles")
     lab(state, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in NODES])
     kubeconfig = state / "cluster/kubeconfig"
-    # The Nodes as the cluster made them, before any run: what an uninstall must leave (the last test).
+    # The Nodes as the cluster made them, before any run: what an uninstall must leave (the last test). Once the node
+    # lifecycle controller has copied kubernetes.io/os and arch to their beta labels, which it does a while after the
+    # Nodes are Ready (taken before, they made the uninstall test fail on a loaded machine).
+    wait_for("the beta os and arch labels on every Node",
+             lambda: all({"beta.kubernetes.io/os", "beta.kubernetes.io/arch"} <= set(labels) for labels in node_labels(kubeconfig).values()),
+             timeout=120)
     BEFORE["labels"] = node_labels(kubeconfig)
     inventory = state / "inventory.json"
     inventory.write_text(json.dumps(cluster_inventory(
@@ -653,23 +658,40 @@ SERVICEMONITOR_CRD = {
                  "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
+def alone(inventory: Path, role: str) -> Path:
+    """A playbook of one's own with one cluster role (no cluster.yml: no batching, no shared read of the cluster)."""
+    own = inventory.with_name(f"{role}-alone.yml")
+    own.write_text(yaml.safe_dump([{
+        "name": f"{role} alone", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "module_defaults": {f"group/{group}": {"kubeconfig": "{{ gpuops_cluster_kubeconfig }}"}
+                            for group in ("kubernetes.core.k8s", "gpuops.nvidia.cluster")},
+        "roles": [f"gpuops.nvidia.{role}"]}]))
+    return own
+
+
 def test_the_servicemonitor_carries_the_prometheus_settings(lab_cluster):
     kubeconfig, inventory = lab_cluster
     kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(SERVICEMONITOR_CRD))
     kubectl(kubeconfig, "wait", "--for", "condition=Established", "crd/servicemonitors.monitoring.coreos.com")
     relabel = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}
+    settings = {"gpuops_dcgm_exporter_service_monitor_interval": "30s", "gpuops_dcgm_exporter_service_monitor_scrape_timeout": "20s",
+                "gpuops_dcgm_exporter_service_monitor_labels": {"release": "kube-prometheus-stack"},
+                "gpuops_dcgm_exporter_service_monitor_honor_labels": True,
+                "gpuops_dcgm_exporter_service_monitor_relabelings": [relabel]}
     try:
-        res = playbook(inventory, extra={
-            "gpuops_validation_smoke": "never", "gpuops_dcgm_exporter_service_monitor_interval": "30s",
-            "gpuops_dcgm_exporter_service_monitor_scrape_timeout": "20s",
-            "gpuops_dcgm_exporter_service_monitor_labels": {"release": "kube-prometheus-stack"},
-            "gpuops_dcgm_exporter_service_monitor_honor_labels": True,
-            "gpuops_dcgm_exporter_service_monitor_relabelings": [relabel]})
+        res = playbook(inventory, extra={"gpuops_validation_smoke": "never", **settings})
         assert res.returncode == 0, res.stdout[-3000:]
         monitor = get(kubeconfig, "servicemonitor", "-n", NS, "nvidia-dcgm-exporter")
         assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
         assert monitor["spec"]["endpoints"] == [{"port": "gpu-metrics", "path": "/metrics", "interval": "30s",
                                                  "scrapeTimeout": "20s", "honorLabels": True, "relabelings": [relabel]}]
+        # The role alone (no cluster.yml, so no batch and no shared read): it looks for the CRD itself, finds it and
+        # keeps the ServiceMonitor as it is.
+        res = playbook(inventory, extra={**settings, "gpuops_validation_smoke": "never"}, play=str(alone(inventory, "dcgm_exporter")))
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert recap(res.stdout)["localhost"]["changed"] == 0, res.stdout[-3000:]
+        assert "No ServiceMonitor" not in res.stdout
+        assert get(kubeconfig, "servicemonitor", "-n", NS, "nvidia-dcgm-exporter")["spec"]["endpoints"] == monitor["spec"]["endpoints"]
     finally:
         kubectl(kubeconfig, "delete", "servicemonitor", "-n", NS, "nvidia-dcgm-exporter", "--ignore-not-found")
         kubectl(kubeconfig, "delete", "crd", "servicemonitors.monitoring.coreos.com")
@@ -692,6 +714,11 @@ def test_an_nfd_that_would_drop_gfds_labels_is_refused_before_anything_is_applie
         assert ("nfd-master kube-system/nfd-master denies the nvidia.com label namespace (denyLabelNs ['*.com']) and "
                 "extraLabelNs does not allow it back; add nvidia.com to its extraLabelNs") in out, out[-3000:]
         assert "Apply them" not in out
+        assert get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["metadata"]["resourceVersion"] == before
+        # The role alone reads the cluster itself (cluster.yml's shared read is not there) and refuses the same.
+        res = playbook(inventory, play=str(alone(inventory, "node_feature_discovery")))
+        assert res.returncode != 0
+        assert "nfd-master kube-system/nfd-master denies the nvidia.com label namespace" in " ".join(res.stdout.split()), res.stdout[-3000:]
         assert get(kubeconfig, "daemonset", "-n", NS, "gpu-feature-discovery")["metadata"]["resourceVersion"] == before
     finally:
         kubectl(kubeconfig, "delete", "deployment", "-n", "kube-system", "nfd-master")
