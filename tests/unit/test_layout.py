@@ -85,12 +85,16 @@ def _task_names(tasks: object, where: str, task_vars: dict[str, set[str]], facts
             _task_names(task.get(part), where, task_vars, facts)
 
 
-def test_no_fact_shadows_a_task_variable():
-    # A fact (set_fact, register) outranks a task or block variable of the same name everywhere after it is set: the
-    # task would read the fact instead of its own variable (cluster_common's nodes.yml compared against an unrelated
-    # read that way once).
+def test_no_fact_shadows_a_task_or_role_variable():
+    # A fact (set_fact, register) outranks a task, block or role variable of the same name everywhere after it is set:
+    # the task would read the fact instead of the variable (cluster_common's nodes.yml compared against an unrelated
+    # read that way once; a result the container toolkit's uninstall registered would have stood in for the role
+    # variable derived from the install's results in a later run of the role in the same play).
     task_vars: dict[str, set[str]] = {}
     facts: dict[str, set[str]] = {}
+    for path in sorted(REPO.glob("roles/*/vars/*.yml")):
+        for name in yaml.safe_load(path.read_text()) or {}:
+            task_vars.setdefault(name, set()).add(str(path.relative_to(REPO)))
     for path in sorted([*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("roles/*/handlers/*.yml")]):
         _task_names(yaml.safe_load(path.read_text()), str(path.relative_to(REPO)), task_vars, facts)
     for path in sorted(REPO.glob("playbooks/*.yml")):
@@ -98,4 +102,4 @@ def test_no_fact_shadows_a_task_variable():
             for part in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                 _task_names(play.get(part), str(path.relative_to(REPO)), task_vars, facts)
     clashes = {name: (sorted(task_vars[name]), sorted(facts[name])) for name in sorted(set(task_vars) & set(facts))}
-    assert not clashes, f"task variables also set as facts (variable: where it is a task variable, where a fact): {clashes}"
+    assert not clashes, f"task or role variables also set as facts (variable: where it is a variable, where a fact): {clashes}"
