@@ -121,7 +121,6 @@ def test_node_labels_are_the_ones_our_manager_owns_and_the_operands_state():
         "n1": ["nvidia.com/gpu.present", "nvidia.com/mig.config.state"]}
 
 
-
 class FakeServer:
     """Discovery, metadata lists (paginated), deletes (immediate; a DaemonSet's owned objects go with it) and Node
     merge patches that record the field manager, as the API server does."""
