@@ -116,7 +116,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import MODES, plan_fabric, start_decision
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import unit_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import SYSTEMCTL_ENV, unit_state
 
 
 def main() -> None:
@@ -146,8 +146,8 @@ def main() -> None:
     start, why = start_decision(plan.version, p["gpu_info"], p["image_build"]) if plan.mode != "none" else (False, "nothing to run")
     service = {}
     if plan.mode != "none" and plan.service:
-        service = unit_state(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C", "SYSTEMD_PAGER": ""}),
-                             module.get_bin_path("systemctl"), plan.service)
+        service = unit_state(lambda argv: module.run_command(argv, environ_update=SYSTEMCTL_ENV), module.get_bin_path("systemctl"),
+                             plan.service)
     module.exit_json(changed=False, plan=plan.result(), start=start, start_reason=why, service=service)
 
 

@@ -158,8 +158,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes impo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
-_C_ENV = {"LC_ALL": "C", "LANG": "C", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
-
 
 def main() -> None:
     module = AnsibleModule(
@@ -195,7 +193,7 @@ def main() -> None:
     systemctl = module.get_bin_path("systemctl") if units else None
 
     def run(argv: list[str]) -> tuple[int, str, str]:
-        return module.run_command(argv, environ_update=_C_ENV)
+        return module.run_command(argv, environ_update=nf.SYSTEMCTL_ENV)
 
     outcome = nf.Outcome()
     try:
