@@ -148,9 +148,9 @@ def main() -> None:
     found: dict[str, list[dict]] = {}
     errors = in_parallel(lambda index: found.__setitem__(reads[index]["key"], read(api, reads[index])), range(len(reads)))
     if errors:
-        first = reads[min(errors)]
+        index = min(errors)
+        first, exc = reads[index], errors[index]
         path = resource_path(first["api_version"], first["resource"], first["namespace"], first["name"])
-        exc = errors[min(errors)]
         module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
                          status=getattr(exc, "status", None))
     module.exit_json(changed=False, resources={key: found[key] for key in keys})

@@ -296,8 +296,7 @@ up_to_date:
   description:
     - With O(validate_only), whether a run with the same options would change nothing (no file to write, no restart
       pending, no restart marker of an earlier run left to remove); C(null) where that cannot be planned (tomlkit
-      missing). The RV(cdi_enabled) and RV(config_version) of
-      a planned check are the config's as it is.
+      missing). The RV(cdi_enabled) and RV(config_version) of a planned check are the config's as it is.
   returned: with O(validate_only)
   type: bool
 rollback:
@@ -638,10 +637,10 @@ def main() -> None:
             marker = restart_marker(module, runtime, result["image_build"])
             pending = bool(marker) and pending_restart(module, marker, UNITS[runtime], read_only=True)
             files = {**plan["files"], **toolkit["files"]}
-            # A marker an earlier run left, even one the runtime's restart made stale, is the real run's to remove.
+            # Any marker an earlier run left, pending or made stale by the runtime's restart, is the real run's to remove.
             marker_left = bool(marker) and os.path.exists(marker)
             check.update(files=sorted(files), restart_pending=pending, restart_marker=marker, cdi_enabled=plan["cdi_enabled"],
-                         cdi_supported=plan["cdi_supported"], up_to_date=not files and not pending and not marker_left)
+                         cdi_supported=plan["cdi_supported"], up_to_date=not files and not marker_left)
             # The run that changes something warns again; one the caller leaves out would not.
             if check["up_to_date"]:
                 for warning in plan["warnings"]:
