@@ -179,7 +179,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, ApiException, api_error, connect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, JsonApi, api_error, connect, resource_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation import (
     ApiError,
     JobState,
@@ -192,62 +192,51 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation i
 
 
 class KubeCluster:
-    """The cluster as validate() asks for it, over the kubernetes client; API errors become ApiError."""
+    """The cluster as validate() asks for it, in the API's plain JSON (the client's typed APIs and models took half a
+    second to import, and a thousand Nodes' objects long to build); API errors become ApiError."""
 
     def __init__(self, api: Any) -> None:
-        from kubernetes import client
-
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.batch = client.BatchV1Api(api)
+        self.api = JsonApi(api)
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         try:
             return call()
-        except ApiException as exc:
+        except Exception as exc:  # the server's answer (its status and message), or none: a connection error
             raise ApiError(getattr(exc, "status", None), f"{what}: {api_error(exc)}") from exc
-        except Exception as exc:  # the server cannot be reached: a connection error rather than an answer
-            raise ApiError(None, f"{what}: {exc}") from exc
 
     def list_nodes(self) -> list[NodeState]:
-        items = self._call("listing the Nodes", self.core.list_node).items
-        return [NodeState(n.metadata.name, nvidia_resources(n.status.allocatable if n.status else None),
-                          dict(n.metadata.labels or {})) for n in items]
+        items = self._call("listing the Nodes", lambda: self.api.list_items("/api/v1/nodes"))
+        return [NodeState(str(n["metadata"]["name"]), nvidia_resources((n.get("status") or {}).get("allocatable")),
+                          dict(n["metadata"].get("labels") or {})) for n in items]
 
     def list_jobs(self, namespace: str, selector: str) -> list[JobState]:
         items = self._call(f"listing the Jobs in {namespace}",
-                           lambda: self.batch.list_namespaced_job(namespace, label_selector=selector)).items
+                           lambda: self.api.list_items(resource_path("batch/v1", "jobs", namespace), [("labelSelector", selector)]))
         out = []
         for job in items:
-            status = job.status
-            conditions = tuple({"type": c.type, "reason": c.reason or "", "message": c.message or ""}
-                               for c in (status.conditions or [])) if status else ()
-            out.append(JobState(job.metadata.name, (status.succeeded or 0) if status else 0,
-                                (status.failed or 0) if status else 0, conditions))
+            status = job.get("status") or {}
+            conditions = tuple({"type": c.get("type"), "reason": c.get("reason") or "", "message": c.get("message") or ""}
+                               for c in status.get("conditions") or [])
+            out.append(JobState(job["metadata"]["name"], status.get("succeeded") or 0, status.get("failed") or 0, conditions))
         return out
 
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
-        body: Any = manifest  # the client takes the manifest as it is
-        self._call(f"creating Job {manifest['metadata']['name']}", lambda: self.batch.create_namespaced_job(namespace, body))
+        self._call(f"creating Job {manifest['metadata']['name']}",
+                   lambda: self.api.call("POST", resource_path("batch/v1", "jobs", namespace), body=manifest))
 
     def delete_job(self, namespace: str, name: str) -> None:
         self._call(f"deleting Job {name}",
-                   lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background"))
+                   lambda: self.api.call("DELETE", resource_path("batch/v1", "jobs", namespace, name),
+                                         query=[("propagationPolicy", "Background")]))
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         try:
-            pods = self.core.list_namespaced_pod(namespace, label_selector=f"job-name={job}").items
-        except ApiException:
-            return []  # the reason is a courtesy; the Job's own state is reported without it
-        return [self.api.sanitize_for_serialization(p) for p in pods]
+            return self.api.list_items(resource_path("v1", "pods", namespace), [("labelSelector", f"job-name={job}")])
+        except Exception:  # the reason is a courtesy; the Job's own state is reported without it
+            return []
 
     def list_resource_slices(self) -> list[dict[str, Any]]:
-        from kubernetes import client
-
-        custom = client.CustomObjectsApi(self.api)
-        found = self._call("listing the ResourceSlices",
-                           lambda: custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices"))
-        return list(found.get("items") or [])
+        return self._call("listing the ResourceSlices", lambda: self.api.list_items(resource_path("resource.k8s.io/v1", "resourceslices")))
 
 
 def main() -> None:

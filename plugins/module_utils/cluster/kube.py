@@ -206,16 +206,20 @@ class JsonApi:
         data = response.data
         return json.loads(data) if data else {}
 
-    def list_metadata(self, path: str) -> list[dict]:
+    def list_items(self, path: str, query: list | None = None, accept: str = "application/json") -> list[dict]:
+        """Every item of a list, a page at a time (a thousand Nodes' objects need not come in one answer)."""
         items: list[dict] = []
         token = ""
         while True:
-            query: list = [("limit", PAGE)] + ([("continue", token)] if token else [])
-            page = self.call("GET", path, query=query, accept=METADATA)
-            items.extend(item.get("metadata") or {} for item in page.get("items") or [])
+            page = self.call("GET", path, query=list(query or []) + [("limit", PAGE)] + ([("continue", token)] if token else []),
+                             accept=accept)
+            items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items
+
+    def list_metadata(self, path: str) -> list[dict]:
+        return [item.get("metadata") or {} for item in self.list_items(path, accept=METADATA)]
 
 
 def resource_path(api_version: str, resource: str, namespace: str | None = None, name: str | None = None) -> str:

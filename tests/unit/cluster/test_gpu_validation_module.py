@@ -1,15 +1,12 @@
-"""gpu_validation's main() and its adapter over the kubernetes client (the logic is tested in test_validation.py)."""
+"""gpu_validation's main() and its adapter over the API's JSON (the logic is tested in test_validation.py)."""
 
 from __future__ import annotations
-
-from unittest import mock
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation import ApiError, job_name
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_validation
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from tests.unit.cluster.api_fakes import ApiException, Response
 from tests.unit.cluster.test_validation import H100_LABELS, Clock, FakeCluster, leftover
 from tests.unit.harness import call
 
@@ -60,51 +57,68 @@ def test_check_mode_creates_no_job(fake):
     assert out["changed"] is False and fake.created == [] and out["nodes"]["h100"]["job"] == "not run"
 
 
-def _adapter() -> gpu_validation.KubeCluster:
-    adapter = gpu_validation.KubeCluster.__new__(gpu_validation.KubeCluster)
-    adapter.api = client.ApiClient()
-    adapter.core, adapter.batch = mock.Mock(), mock.Mock()
-    return adapter
+class FakeServer:
+    """The client's call_api as the kubernetes client answers: JSON by method and path, errors as it raises them."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, []
+
+    def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
+        self.calls.append((method, path, dict(query_params), body))
+        answer = self.answers[(method, path)]
+        if isinstance(answer, list):  # pages, one per call
+            answer = answer.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Response(answer)
 
 
-def test_the_adapter_reads_nodes_jobs_and_pods_from_the_client_models():
-    adapter = _adapter()
-    adapter.core.list_node.return_value = client.V1NodeList(items=[client.V1Node(
-        metadata=client.V1ObjectMeta(name="h100", labels={"nvidia.com/gpu.product": "X"}),
-        status=client.V1NodeStatus(allocatable={"cpu": "64", "nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "0"}))])
-    assert adapter.list_nodes() == [gpu_validation.NodeState("h100", {"nvidia.com/gpu": 8, "nvidia.com/mig-1g.10gb": 0},
-                                                             {"nvidia.com/gpu.product": "X"})]
-    adapter.batch.list_namespaced_job.return_value = client.V1JobList(items=[client.V1Job(
-        metadata=client.V1ObjectMeta(name="j"), status=client.V1JobStatus(failed=1, conditions=[
-            client.V1JobCondition(type="Failed", status="True", reason="BackoffLimitExceeded", message="limit")]))])
+def _adapter(answers) -> tuple[gpu_validation.KubeCluster, FakeServer]:
+    server = FakeServer(answers)
+    return gpu_validation.KubeCluster(server), server
+
+
+def test_the_adapter_reads_nodes_jobs_and_pods_as_the_apis_json_a_page_at_a_time():
+    node = {"metadata": {"name": "h100", "labels": {"nvidia.com/gpu.product": "X"}},
+            "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8", "nvidia.com/mig-1g.10gb": "0"}}}
+    adapter, server = _adapter({
+        ("GET", "/api/v1/nodes"): [{"items": [node], "metadata": {"continue": "next"}},
+                                   {"items": [{"metadata": {"name": "cpu-only"}}], "metadata": {}}],
+        ("GET", "/apis/batch/v1/namespaces/ns/jobs"): {"items": [{"metadata": {"name": "j"}, "status": {"failed": 1, "conditions": [
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "limit"}]}}]},
+        ("GET", "/api/v1/namespaces/ns/pods"): {"items": [{"metadata": {"name": "p"}, "status": {"phase": "Pending", "containerStatuses": [
+            {"name": "smoke-test", "state": {"waiting": {"reason": "ErrImagePull"}}}]}}]},
+    })
+    assert adapter.list_nodes() == [
+        gpu_validation.NodeState("h100", {"nvidia.com/gpu": 8, "nvidia.com/mig-1g.10gb": 0}, {"nvidia.com/gpu.product": "X"}),
+        gpu_validation.NodeState("cpu-only", {}, {})]
+    assert [c[2] for c in server.calls] == [{"limit": 500}, {"limit": 500, "continue": "next"}]
     (job,) = adapter.list_jobs("ns", "app=x")
     failed = {"type": "Failed", "reason": "BackoffLimitExceeded", "message": "limit"}
     assert (job.name, job.succeeded, job.failed, job.conditions) == ("j", 0, 1, (failed,))
-    adapter.batch.list_namespaced_job.assert_called_once_with("ns", label_selector="app=x")
-    adapter.core.list_namespaced_pod.return_value = client.V1PodList(items=[client.V1Pod(
-        metadata=client.V1ObjectMeta(name="p"), status=client.V1PodStatus(phase="Pending", container_statuses=[
-            client.V1ContainerStatus(name="smoke-test", image="i", image_id="", ready=False, restart_count=0,
-                                     state=client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="ErrImagePull")))]))])
+    assert server.calls[-1][2]["labelSelector"] == "app=x"
     pods = adapter.job_pods("ns", "j")
     assert pods[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
-    adapter.core.list_namespaced_pod.assert_called_once_with("ns", label_selector="job-name=j")
+    assert server.calls[-1][2]["labelSelector"] == "job-name=j"
 
 
 def test_the_adapter_turns_a_409_into_an_api_error_with_the_servers_message():
-    adapter = _adapter()
-    exc = ApiException(status=409, reason="Conflict")
-    exc.body = '{"kind": "Status", "message": "jobs.batch \\"j\\" already exists", "code": 409}'
-    adapter.batch.create_namespaced_job.side_effect = exc
+    conflict = ApiException(409, 'jobs.batch "j" already exists')
+    adapter, server = _adapter({("POST", "/apis/batch/v1/namespaces/ns/jobs"): conflict,
+                                ("DELETE", "/apis/batch/v1/namespaces/ns/jobs/j"): {"kind": "Status"},
+                                ("GET", "/api/v1/namespaces/ns/pods"): ApiException(403, "forbidden")})
     with pytest.raises(ApiError) as err:
         adapter.create_job("ns", {"metadata": {"name": "j"}})
     assert err.value.status == 409 and err.value.message == 'creating Job j: jobs.batch "j" already exists'
+    assert server.calls[-1][3] == {"metadata": {"name": "j"}}
     adapter.delete_job("ns", "j")
-    adapter.batch.delete_namespaced_job.assert_called_once_with("j", "ns", propagation_policy="Background")
+    assert server.calls[-1][:3] == ("DELETE", "/apis/batch/v1/namespaces/ns/jobs/j", {"propagationPolicy": "Background"})
+    # The Pods only explain a failed Job: a refused read of them gives none, not an error.
+    assert adapter.job_pods("ns", "j") == []
 
 
 def test_the_adapter_reports_an_unreachable_server_as_an_api_error_without_status():
-    adapter = _adapter()
-    adapter.core.list_node.side_effect = ConnectionRefusedError("[Errno 111] Connection refused")
+    adapter, _ = _adapter({("GET", "/api/v1/nodes"): ConnectionRefusedError("[Errno 111] Connection refused")})
     with pytest.raises(ApiError) as err:
         adapter.list_nodes()
     assert err.value.status is None and err.value.message == "listing the Nodes: [Errno 111] Connection refused"

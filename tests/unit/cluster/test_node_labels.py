@@ -1,8 +1,14 @@
-"""The node_labels module's plan: what each Node is patched with, for one label set and for several in one run."""
+"""The node_labels module: what each Node is patched with, for one label set and for several in one run, and its
+calls to the API server (a fake answering as the client's call_api does)."""
 
 from __future__ import annotations
 
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.modules import node_labels
 from ansible_collections.gpuops.nvidia.plugins.modules.node_labels import plan, plan_sets
+
+from tests.unit.cluster.api_fakes import ApiException, Response
+from tests.unit.harness import call
 
 CURRENT = {
     "a": {"nvidia.com/gpu.present": "true", "nvidia.com/mig.config": "all-1g.10gb"},
@@ -42,3 +48,43 @@ def test_sets_already_right_patch_nothing():
     sets = [{"labels": {"a": {"nvidia.com/mig.config": "other"}}, "keep_existing": ["nvidia.com/mig.config"]},
             {"labels": {}, "keep_existing": []}]
     assert plan_sets(CURRENT, sets) == ({}, [[], []])
+
+
+class FakeServer:
+    """The client's call_api as the kubernetes client answers: the Nodes' metadata, and the patches sent."""
+
+    def __init__(self, nodes):
+        self.nodes, self.calls, self.refused = nodes, [], set()
+
+    def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
+        self.calls.append((method, path, dict(query_params), dict(header_params or {}), body))
+        if method == "GET":
+            return Response({"items": [{"metadata": {"name": n, "labels": labels}} for n, labels in self.nodes.items()], "metadata": {}})
+        if path.rsplit("/", 1)[1] in self.refused:
+            raise ApiException(403, f"nodes \"{path.rsplit('/', 1)[1]}\" is forbidden")
+        return Response({})
+
+
+@pytest.fixture
+def server(monkeypatch):
+    fake = FakeServer(CURRENT)
+    monkeypatch.setattr(node_labels, "connect", lambda module: fake)
+    return fake
+
+
+def test_reads_the_nodes_metadata_only_and_patches_what_differs(server):
+    out = call(node_labels.main, {"labels": {"a": {"nvidia.com/gpu.present": "true"}, "b": {"x": "1"}}, "field_manager": "fm"})
+    assert not out.get("failed") and out["changed"] and out["changed_nodes"] == ["b"]
+    (method, path, query, headers, _), patch = server.calls[0], server.calls[1]
+    assert (method, path, query["limit"]) == ("GET", "/api/v1/nodes", 500) and "PartialObjectMetadataList" in headers["Accept"]
+    assert patch[:3] == ("PATCH", "/api/v1/nodes/b", {"fieldManager": "fm"})
+    assert patch[3]["Content-Type"] == "application/strategic-merge-patch+json" and patch[4] == {"metadata": {"labels": {"x": "1"}}}
+
+
+def test_check_mode_patches_nothing_and_a_refused_patch_fails_naming_the_node(server):
+    out = call(node_labels.main, {"labels": {"b": {"x": "1"}}, "_ansible_check_mode": True})
+    assert out["changed"] and [c[0] for c in server.calls] == ["GET"]
+    server.refused.add("b")
+    out = call(node_labels.main, {"labels": {"a": {"y": "2"}, "b": {"x": "1"}}})
+    assert out["failed"] and out["msg"] == 'labelling 1 node(s) failed, b first: nodes "b" is forbidden'
+    assert out["changed_nodes"] == ["a", "b"]
