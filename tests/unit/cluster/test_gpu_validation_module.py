@@ -118,7 +118,7 @@ def test_the_adapter_turns_a_409_into_an_api_error_with_the_servers_message():
 
 
 def test_the_adapter_reports_an_unreachable_server_as_an_api_error_without_status():
-    adapter, _ = _adapter({("GET", "/api/v1/nodes"): ConnectionRefusedError("[Errno 111] Connection refused")})
+    adapter = _adapter({("GET", "/api/v1/nodes"): ConnectionRefusedError("[Errno 111] Connection refused")})[0]
     with pytest.raises(ApiError) as err:
         adapter.list_nodes()
     assert err.value.status is None and err.value.message == "listing the Nodes: [Errno 111] Connection refused"

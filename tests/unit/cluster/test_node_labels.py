@@ -75,8 +75,8 @@ def server(monkeypatch):
 def test_reads_the_nodes_metadata_only_and_patches_what_differs(server):
     out = call(node_labels.main, {"labels": {"a": {"nvidia.com/gpu.present": "true"}, "b": {"x": "1"}}, "field_manager": "fm"})
     assert not out.get("failed") and out["changed"] and out["changed_nodes"] == ["b"]
-    (method, path, query, headers, _), patch = server.calls[0], server.calls[1]
-    assert (method, path, query["limit"]) == ("GET", "/api/v1/nodes", 500) and "PartialObjectMetadataList" in headers["Accept"]
+    listing, patch = server.calls[0], server.calls[1]
+    assert listing[:2] == ("GET", "/api/v1/nodes") and listing[2]["limit"] == 500 and "PartialObjectMetadataList" in listing[3]["Accept"]
     assert patch[:3] == ("PATCH", "/api/v1/nodes/b", {"fieldManager": "fm"})
     assert patch[3]["Content-Type"] == "application/strategic-merge-patch+json" and patch[4] == {"metadata": {"labels": {"x": "1"}}}
 
