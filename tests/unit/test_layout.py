@@ -106,10 +106,11 @@ def test_no_fact_shadows_a_task_or_role_variable():
 
 
 # Entry points the collection's roles call, after cluster_common's main checked the shared settings, with values they
-# computed themselves: validating those arguments at every call was a task each (20 in a no-op cluster.yml, 0.8 s).
+# computed themselves (or none: node_common's facts and refresh): validating those arguments at every call was a task
+# each (20 in a no-op cluster.yml, 0.8 s).
 # Their specs document them and validate a direct call. (read and unread run before main in cluster.yml: they validate.)
 INTERNAL_ENTRY_POINTS = {("cluster_common", name) for name in ("apply", "apply_batch", "daemonsets", "labels", "nodes", "remove")} | {
-    ("mig_manager", "record")}
+    ("mig_manager", "record"), ("node_common", "facts"), ("node_common", "refresh")}
 
 
 def _role_includes(tasks: object, where: str, found: list[tuple[str, dict]]) -> None:
