@@ -127,7 +127,6 @@ kept:
   type: dict
 """
 
-import json
 import time
 from typing import Any
 
@@ -135,8 +134,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drain
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
+    JsonApi,
     api_error,
     connect,
+    resource_path,
 )
 
 POLL = 2.0
@@ -144,11 +145,11 @@ POLL = 2.0
 
 class Drain:
     def __init__(self, module: AnsibleModule) -> None:
-        from kubernetes import client
         self.module = module
         self.p = module.params
-        self.core = client.CoreV1Api(connect(module))
-        self.policy = client.PolicyV1Api(self.core.api_client)
+        # The API's plain JSON: the client's typed APIs took half a second to import, and the Pods are read as JSON anyway.
+        self.api = JsonApi(connect(module))
+        self.path = resource_path("v1", "nodes", name=self.p["name"])
         self.names = {o: f"{self.p['variable_prefix']}{o}" for o in ("force", "delete_emptydir_data", "timeout", "disable_eviction")}
         self.result: dict[str, Any] = {"changed": False, "cordoned": False, "uncordoned": False,
                                        "initially_unschedulable": None, "evicted": [], "kept": {}}
@@ -165,18 +166,19 @@ class Drain:
 
     def node(self) -> dict:
         try:
-            res: Any = self.core.read_node(self.p["name"], _preload_content=False)
+            return self.api.call("GET", self.path)
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 self.fail("no such Node in the cluster")
             self.fail(f"reading the Node failed: {api_error(exc)}")
             raise
-        return json.loads(res.data)
 
     def pods(self) -> list[dict]:
-        res = self.call("listing its Pods", self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={self.p['name']}",
-                        label_selector=self.p["pod_selector"] or None, _preload_content=False)
-        return json.loads(res.data).get("items") or []
+        query = [("fieldSelector", f"spec.nodeName={self.p['name']}")] + ([("labelSelector", self.p["pod_selector"])] if self.p["pod_selector"] else [])
+        return self.call("listing its Pods", self.api.list_items, resource_path("v1", "pods"), query)
+
+    def patch(self, what: str, patch: dict) -> None:
+        self.call(what, self.api.call, "PATCH", self.path, body=patch, content_type="application/strategic-merge-patch+json")
 
     def record(self, node: dict) -> None:
         value = drain.record(node, self.p["initial_state_annotation"])
@@ -202,7 +204,7 @@ class Drain:
         unschedulable = drain.unschedulable(node) and not self.result["uncordoned"]
         self.diff(node, unschedulable, None, [])
         if not self.module.check_mode:
-            self.call("uncordoning", self.core.patch_node, self.p["name"], patch)
+            self.patch("uncordoning", patch)
 
     def drained(self) -> None:
         node = self.node()
@@ -220,7 +222,7 @@ class Drain:
         if self.module.check_mode:
             return
         if patch:
-            self.call("cordoning", self.core.patch_node, self.p["name"], patch)
+            self.patch("cordoning", patch)
             self.result["initially_unschedulable"] = recorded == "true"
         self.result["evicted"] = []  # from here, the Pods evicted so far
         self.evict(sel["evict"], sel["terminating"])
@@ -234,11 +236,12 @@ class Drain:
             for name, pod in sorted(todo.items()):
                 meta = pod["metadata"]
                 try:
+                    pod_path = resource_path("v1", "pods", meta["namespace"], meta["name"])
                     if self.p["disable_eviction"]:
-                        self.core.delete_namespaced_pod(meta["name"], meta["namespace"])
+                        self.api.call("DELETE", pod_path)
                     else:
-                        body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}
-                        self.core.create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
+                        self.api.call("POST", f"{pod_path}/eviction", body={
+                            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": meta["name"], "namespace": meta["namespace"]}})
                     del todo[name]
                     blocked.pop(name, None)
                     self.result["evicted"].append(name)
@@ -269,8 +272,7 @@ class Drain:
         namespaces = sorted({p["metadata"]["namespace"] for p in todo.values()})
         pdbs: list[dict] = []
         for ns in namespaces:
-            res = self.call("listing PodDisruptionBudgets", self.policy.list_namespaced_pod_disruption_budget, ns, _preload_content=False)
-            pdbs += json.loads(res.data).get("items") or []
+            pdbs += self.call("listing PodDisruptionBudgets", self.api.list_items, resource_path("policy/v1", "poddisruptionbudgets", ns))
         parts = []
         for name, pod in sorted(todo.items()):
             budgets = drain.blocking_pdbs(pod, pdbs)
