@@ -1,0 +1,175 @@
+"""The cluster_apply module against a fake API server (answering as the kubernetes client's call_api does): the order
+of the applies, what counts as a change, check mode's dry run, and the errors it names; and its pure part
+(module_utils/cluster/apply.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import apply
+from ansible_collections.gpuops.nvidia.plugins.modules import cluster_apply
+
+from tests.unit.cluster.api_fakes import ApiException, Response
+from tests.unit.harness import call
+
+DISCOVERY = {
+    "/api/v1": [("namespaces", "Namespace", False), ("secrets", "Secret", True), ("serviceaccounts", "ServiceAccount", True),
+                ("pods/eviction", "Eviction", True)],
+    "/apis/apps/v1": [("daemonsets", "DaemonSet", True)],
+    "/apis/node.k8s.io/v1": [("runtimeclasses", "RuntimeClass", False)],
+    "/apis/apiextensions.k8s.io/v1": [("customresourcedefinitions", "CustomResourceDefinition", False)],
+}
+NS = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator", "labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+RC = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"}
+SA = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "plugin", "namespace": "gpu-operator"}}
+DS = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "plugin", "namespace": "gpu-operator"},
+      "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}}
+SECRET = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "pull", "namespace": "gpu-operator"}, "data": {".dockerconfigjson": "e30="}}
+CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "widgets.example.com"},
+       "spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": True, "storage": True}]}}
+WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "gpu-operator"}, "spec": {"size": 1}}
+
+
+class FakeServer:
+    """Objects by path; an apply sets what the object gives (a real server merges by field manager: here the last
+    apply's fields are the object's), keeps the status, and bumps the resourceVersion when something changed."""
+
+    def __init__(self):
+        self.discovery = {path: [{"name": n, "kind": k, "namespaced": ns} for n, k, ns in kinds] for path, kinds in DISCOVERY.items()}
+        self.objects: dict[str, dict] = {}
+        self.calls: list[tuple] = []
+        self.lock = threading.Lock()
+        self.refuse: dict[str, ApiException] = {}
+        self.crd_served_after = 0  # discovery reads of the CRD's group before it is served
+
+    def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
+        query = dict(query_params)
+        with self.lock:
+            self.calls.append((method, path, query))
+        if path in self.refuse:
+            raise self.refuse[path]
+        if path in self.discovery:
+            return Response({"resources": self.discovery[path]})
+        if path == "/apis/example.com/v1":
+            if "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com" not in self.objects:
+                raise ApiException(404, "not found")
+            if self.crd_served_after > 0:
+                self.crd_served_after -= 1
+                raise ApiException(404, "not found")
+            return Response({"resources": [{"name": "widgets", "kind": "Widget", "namespaced": True}]})
+        if method == "GET":
+            if path not in self.objects:
+                raise ApiException(404, f"{path} not found")
+            return Response(self.objects[path])
+        assert method == "PATCH" and header_params["Content-Type"] == "application/apply-patch+yaml"
+        assert query["fieldManager"] == "gpuops-nvidia" and query.get("force") == "true"
+        given = json.loads(body)
+        namespace = given["metadata"].get("namespace")
+        if namespace and f"/api/v1/namespaces/{namespace}" not in self.objects:
+            raise ApiException(404, f'namespaces "{namespace}" not found')
+        before = self.objects.get(path)
+        after = copy.deepcopy(given)
+        after["metadata"]["resourceVersion"] = (before or {}).get("metadata", {}).get("resourceVersion", "1")
+        after["metadata"]["managedFields"] = [{"manager": "gpuops-nvidia"}]
+        if before is not None and "status" in before:
+            after["status"] = before["status"]
+        if before is None or apply.normalized(before) != apply.normalized(after):
+            after["metadata"]["resourceVersion"] = str(int(after["metadata"]["resourceVersion"]) + 1)
+        if query.get("dryRun") != "All":
+            self.objects[path] = after
+        return Response(after)
+
+    def patched(self):
+        return [(c[1], c[2].get("dryRun")) for c in self.calls if c[0] == "PATCH"]
+
+
+@pytest.fixture
+def server(monkeypatch):
+    fake = FakeServer()
+    monkeypatch.setattr(cluster_apply, "connect", lambda module: fake)
+    monkeypatch.setattr(cluster_apply, "POLL", 0)
+    return fake
+
+
+def test_creates_then_changes_nothing_then_reports_only_what_changed(server):
+    out = call(cluster_apply.main, {"objects": [SA, DS, NS, RC]})
+    assert not out.get("failed"), out
+    assert out["changed"] and [r["result"] for r in out["results"]] == ["created"] * 4
+    # The namespace went first, though given third; the objects in it were applied after it.
+    assert server.patched()[0] == ("/api/v1/namespaces/gpu-operator", None)
+    assert {p for p, _ in server.patched()} == {"/api/v1/namespaces/gpu-operator/serviceaccounts/plugin",
+                                                "/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin",
+                                                "/api/v1/namespaces/gpu-operator", "/apis/node.k8s.io/v1/runtimeclasses/nvidia"}
+    # A status the controllers wrote is not a change of ours.
+    server.objects["/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin"]["status"] = {"numberReady": 3}
+    again = call(cluster_apply.main, {"objects": [SA, DS, NS, RC]})
+    assert not again["changed"] and {r["result"] for r in again["results"]} == {"unchanged"}
+    newer = {**DS, "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i:2"}]}}}}
+    out = call(cluster_apply.main, {"objects": [NS, RC, SA, newer], "_ansible_diff": True})
+    assert out["changed"] and [r["result"] for r in out["results"]] == ["unchanged", "unchanged", "unchanged", "changed"]
+    (diff,) = out["diff"]
+    assert diff["before_header"] == "DaemonSet gpu-operator/plugin"
+    assert diff["before"]["spec"]["template"]["spec"]["containers"][0]["image"] == "i:1"
+    assert diff["after"]["spec"]["template"]["spec"]["containers"][0]["image"] == "i:2"
+    assert "status" not in diff["before"] and "resourceVersion" not in diff["after"]["metadata"]
+
+
+def test_check_mode_dry_runs_and_lists_what_cannot_be_dry_run_yet(server):
+    out = call(cluster_apply.main, {"objects": [NS, RC, SA, DS], "_ansible_check_mode": True})
+    assert not out.get("failed"), out
+    assert out["changed"] and out["not_dry_run"] == ["ServiceAccount gpu-operator/plugin", "DaemonSet gpu-operator/plugin"]
+    assert [r["result"] for r in out["results"]] == ["created", "created", "not dry-run", "not dry-run"]
+    assert server.patched() == [("/api/v1/namespaces/gpu-operator", "All"), ("/apis/node.k8s.io/v1/runtimeclasses/nvidia", "All")]
+    assert server.objects == {}
+    call(cluster_apply.main, {"objects": [NS, RC, SA, DS]})
+    out = call(cluster_apply.main, {"objects": [NS, RC, SA, {**DS, "spec": {}}], "_ansible_check_mode": True})
+    assert [r["result"] for r in out["results"]] == ["unchanged", "unchanged", "unchanged", "changed"] and out["not_dry_run"] == []
+    assert all(dry == "All" for _, dry in server.patched()[-4:])
+
+
+def test_a_secrets_values_never_reach_the_diff(server):
+    call(cluster_apply.main, {"objects": [NS]})
+    out = call(cluster_apply.main, {"objects": [SECRET], "_ansible_diff": True})
+    assert out["diff"][0]["after"]["data"] == {".dockerconfigjson": apply.HIDDEN}
+    assert "e30=" not in json.dumps(out)
+
+
+def test_a_custom_object_waits_for_its_crd_in_the_same_list(server):
+    server.crd_served_after = 2
+    out = call(cluster_apply.main, {"objects": [NS, WIDGET, CRD]})
+    assert not out.get("failed"), out
+    assert [r["result"] for r in out["results"]] == ["created"] * 3
+    assert server.patched()[-1] == ("/apis/example.com/v1/namespaces/gpu-operator/widgets/w", None)
+    # In check mode, with the CRD not there yet, the custom object is listed, not dry-run.
+    server.objects.clear()
+    out = call(cluster_apply.main, {"objects": [CRD, WIDGET], "_ansible_check_mode": True})
+    assert out["not_dry_run"] == ["Widget gpu-operator/w"]
+
+
+def test_what_the_server_cannot_take_fails_naming_the_object(server):
+    out = call(cluster_apply.main, {"objects": [NS, {**WIDGET, "apiVersion": "example.com/v2"}]})
+    assert out["failed"] and out["msg"] == "applying Widget gpu-operator/w failed: the API server serves no kind Widget in example.com/v2"
+    server.refuse["/apis/node.k8s.io/v1/runtimeclasses/nvidia"] = ApiException(403, "runtimeclasses.node.k8s.io is forbidden")
+    out = call(cluster_apply.main, {"objects": [NS, RC, SA]})
+    assert out["failed"] and out["msg"] == "applying RuntimeClass nvidia failed: runtimeclasses.node.k8s.io is forbidden"
+    assert (out["object"], out["status"]) == ("RuntimeClass nvidia", 403)
+    out = call(cluster_apply.main, {"objects": [{**SA, "metadata": {"name": "plugin"}}]})
+    assert out["failed"] and "ServiceAccount is namespaced, and the object has no metadata.namespace" in out["msg"]
+
+
+def test_objects_without_a_kind_or_a_name_are_refused_before_any_call(server):
+    out = call(cluster_apply.main, {"objects": [NS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}, {"metadata": {"name": "x"}}]})
+    assert out["failed"] and out["msg"] == ("objects: objects[1] (ConfigMap): metadata.name missing; "
+                                            "objects[2] (no kind): apiVersion, kind missing")
+    assert server.calls == []
+
+
+def test_namespaces_and_crds_go_first_in_their_order_the_rest_after():
+    assert apply.phases([SA, CRD, DS, NS, RC]) == ([1, 3], [0, 2, 4])
+    assert apply.describe(DS) == "DaemonSet gpu-operator/plugin" and apply.describe(RC) == "RuntimeClass nvidia"
+    assert not apply.changed({**RC, "status": {"x": 1}, "metadata": {"name": "nvidia", "resourceVersion": "9"}}, RC)
+    assert apply.changed(None, RC) and apply.changed(RC, {**RC, "handler": "other"})
