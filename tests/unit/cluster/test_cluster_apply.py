@@ -101,7 +101,7 @@ def test_creates_then_changes_nothing_then_reports_only_what_changed(server):
     assert out["changed"] and [r["result"] for r in out["results"]] == ["created"] * 4
     # The namespace went first, though given third; the objects in it were applied after it.
     assert server.patched()[0] == ("/api/v1/namespaces/gpu-operator", None)
-    assert {p for p, _ in server.patched()} == {"/api/v1/namespaces/gpu-operator/serviceaccounts/plugin",
+    assert {patched[0] for patched in server.patched()} == {"/api/v1/namespaces/gpu-operator/serviceaccounts/plugin",
                                                 "/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin",
                                                 "/api/v1/namespaces/gpu-operator", "/apis/node.k8s.io/v1/runtimeclasses/nvidia"}
     # A status the controllers wrote is not a change of ours.
@@ -128,7 +128,7 @@ def test_check_mode_dry_runs_and_lists_what_cannot_be_dry_run_yet(server):
     call(cluster_apply.main, {"objects": [NS, RC, SA, DS]})
     out = call(cluster_apply.main, {"objects": [NS, RC, SA, {**DS, "spec": {}}], "_ansible_check_mode": True})
     assert [r["result"] for r in out["results"]] == ["unchanged", "unchanged", "unchanged", "changed"] and out["not_dry_run"] == []
-    assert all(dry == "All" for _, dry in server.patched()[-4:])
+    assert all(patched[1] == "All" for patched in server.patched()[-4:])
 
 
 def test_a_secrets_values_never_reach_the_diff(server):
