@@ -101,9 +101,9 @@ def test_creates_then_changes_nothing_then_reports_only_what_changed(server):
     assert out["changed"] and [r["result"] for r in out["results"]] == ["created"] * 4
     # The namespace went first, though given third; the objects in it were applied after it.
     assert server.patched()[0] == ("/api/v1/namespaces/gpu-operator", None)
-    assert {patched[0] for patched in server.patched()} == {"/api/v1/namespaces/gpu-operator/serviceaccounts/plugin",
-                                                "/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin",
-                                                "/api/v1/namespaces/gpu-operator", "/apis/node.k8s.io/v1/runtimeclasses/nvidia"}
+    assert {patched[0] for patched in server.patched()} == {
+        "/api/v1/namespaces/gpu-operator/serviceaccounts/plugin", "/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin",
+        "/api/v1/namespaces/gpu-operator", "/apis/node.k8s.io/v1/runtimeclasses/nvidia"}
     # A status the controllers wrote is not a change of ours.
     server.objects["/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin"]["status"] = {"numberReady": 3}
     again = call(cluster_apply.main, {"objects": [SA, DS, NS, RC]})
