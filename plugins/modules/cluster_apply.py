@@ -104,6 +104,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
     AUTH_ARGS,
     JsonApi,
     api_error,
+    api_status,
     connect,
     in_parallel,
     resource_path,
@@ -112,10 +113,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
 APPLY = "application/apply-patch+yaml"
 CRD_WAIT = 60.0
 POLL = 0.5
-
-
-def status_of(exc: Exception) -> int | None:
-    return getattr(exc, "status", None)
 
 
 class Failed(Exception):
@@ -147,11 +144,9 @@ class Applier:
         """The kinds the API server serves in an API version (its discovery document), by kind."""
         if refresh or api_version not in self.served:
             try:
-                data = self.api.call("GET", "/api/v1" if api_version == "v1" else f"/apis/{api_version}")
+                data = self.api.get("/api/v1" if api_version == "v1" else f"/apis/{api_version}") or {}
             except Exception as exc:
-                if status_of(exc) != 404:
-                    raise Failed(f"reading the kinds the API server serves in {api_version} failed: {api_error(exc)}", None, status_of(exc)) from exc
-                data = {}
+                raise Failed(f"reading the kinds the API server serves in {api_version} failed: {api_error(exc)}", None, api_status(exc)) from exc
             self.served[api_version] = {r["kind"]: r for r in data.get("resources") or [] if "/" not in str(r.get("name"))}
         return self.served[api_version]
 
@@ -185,15 +180,10 @@ class Applier:
             return
         path = resource_path(str(obj["apiVersion"]), str(found["name"]), namespace, str(meta["name"]))
         try:
-            try:
-                before = self.api.call("GET", path)
-            except Exception as exc:
-                if status_of(exc) != 404:
-                    raise
-                before = None
+            before = self.api.get(path)
             after = self.api.call("PATCH", path, query=self.query, body=json.dumps(obj), content_type=APPLY)
         except Exception as exc:
-            raise Failed(f"applying {describe(obj)} failed: {api_error(exc)}", describe(obj), status_of(exc)) from exc
+            raise Failed(f"applying {describe(obj)} failed: {api_error(exc)}", describe(obj), api_status(exc)) from exc
         result = "created" if before is None else "changed" if changed(before, after) else "unchanged"
         self.results[index] = {"object": describe(obj), "result": result}
         if result != "unchanged":
@@ -203,11 +193,10 @@ class Applier:
         if self.check_mode:
             for namespace in sorted({str(o["metadata"]["namespace"]) for o in self.objects if (o.get("metadata") or {}).get("namespace")}):
                 try:
-                    self.api.call("GET", resource_path("v1", "namespaces", name=namespace))
+                    if self.api.get(resource_path("v1", "namespaces", name=namespace)) is None:
+                        self.missing_namespaces.add(namespace)
                 except Exception as exc:
-                    if status_of(exc) != 404:
-                        raise Failed(f"reading namespace {namespace} failed: {api_error(exc)}", None, status_of(exc)) from exc
-                    self.missing_namespaces.add(namespace)
+                    raise Failed(f"reading namespace {namespace} failed: {api_error(exc)}", None, api_status(exc)) from exc
         first, rest = phases(self.objects)
         for index in first:
             self.apply(index, self.resource(index))
@@ -218,7 +207,7 @@ class Applier:
             error = errors[index]
             if isinstance(error, Failed):
                 raise error
-            raise Failed(f"applying {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]), status_of(error))
+            raise Failed(f"applying {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]), api_status(error))
 
 
 def main() -> None:

@@ -101,6 +101,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
     AUTH_ARGS,
     JsonApi,
     api_error,
+    api_status,
     connect,
     in_parallel,
     resource_path,
@@ -111,12 +112,9 @@ def read(api: JsonApi, entry: dict[str, Any]) -> list[dict]:
     """One entry's objects: the named one, or every one listed (with its apiVersion and kind, which a list's items lack)."""
     path = resource_path(entry["api_version"], entry["resource"], entry["namespace"], entry["name"])
     selectors = ",".join(entry["label_selectors"] or [])
-    try:
-        data = api.call("GET", path, query=[("labelSelector", selectors)] if selectors and not entry["name"] else [])
-    except Exception as exc:
-        if getattr(exc, "status", None) == 404:
-            return []
-        raise
+    data = api.get(path, query=[("labelSelector", selectors)] if selectors and not entry["name"] else [])
+    if data is None:
+        return []
     if entry["name"]:
         return [data]
     kind = str(data.get("kind") or "")
@@ -152,7 +150,7 @@ def main() -> None:
         first, exc = reads[index], errors[index]
         path = resource_path(first["api_version"], first["resource"], first["namespace"], first["name"])
         module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
-                         status=getattr(exc, "status", None))
+                         status=api_status(exc))
     module.exit_json(changed=False, resources={key: found[key] for key in keys})
 
 

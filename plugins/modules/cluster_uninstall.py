@@ -111,12 +111,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import uninstall
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, api_error, connect, in_parallel
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, api_error, api_status, connect, in_parallel
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import JsonApi as Api
-
-
-def _status(exc: Exception) -> int | None:
-    return getattr(exc, "status", None)
 
 
 def discover(api: Api) -> tuple[list[dict], list[str]]:
@@ -137,7 +133,7 @@ def delete_all(api: Api, entries: list[dict], policy: str) -> dict[int, Exceptio
             api.call("DELETE", uninstall.object_path(entry["type"], entry["meta"]),
                      body={"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": policy})
         except Exception as exc:
-            if _status(exc) != 404:
+            if api_status(exc) != 404:
                 raise
 
     return in_parallel(delete, range(len(entries)))
@@ -153,7 +149,7 @@ def still_there(api: Api, entries: list[dict]) -> list[dict]:
             api.call("GET", uninstall.object_path(entry["type"], entry["meta"]))
             there.append(entry)
         except Exception as exc:  # 404: gone
-            if _status(exc) != 404:
+            if api_status(exc) != 404:
                 there.append(entry)
 
     in_parallel(probe, range(len(entries)))
@@ -229,7 +225,7 @@ def main() -> None:
             api.call("PATCH", uninstall.object_path(entry["type"], entry["meta"]), query=[("fieldManager", p["field_manager"])],
                      body=uninstall.release_body(entry["type"], entry["meta"]), content_type="application/apply-patch+yaml")
         except Exception as exc:  # gone with its namespace: nothing left to let go of
-            if _status(exc) != 404:
+            if api_status(exc) != 404:
                 raise
 
     errors = in_parallel(release, range(len(found["released"])))

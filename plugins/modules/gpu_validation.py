@@ -179,7 +179,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, JsonApi, api_error, connect, resource_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, JsonApi, api_error, api_status, connect, resource_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation import (
     ApiError,
     JobState,
@@ -202,7 +202,7 @@ class KubeCluster:
         try:
             return call()
         except Exception as exc:  # the server's answer (its status and message), or none: a connection error
-            raise ApiError(getattr(exc, "status", None), f"{what}: {api_error(exc)}") from exc
+            raise ApiError(api_status(exc), f"{what}: {api_error(exc)}") from exc
 
     def list_nodes(self) -> list[NodeState]:
         items = self._call("listing the Nodes", lambda: self.api.list_items("/api/v1/nodes"))

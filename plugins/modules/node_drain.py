@@ -134,8 +134,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drain
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
+    STRATEGIC_MERGE,
     JsonApi,
     api_error,
+    api_status,
     connect,
     resource_path,
 )
@@ -168,7 +170,7 @@ class Drain:
         try:
             return self.api.call("GET", self.path)
         except Exception as exc:
-            if getattr(exc, "status", None) == 404:
+            if api_status(exc) == 404:
                 self.fail("no such Node in the cluster")
             self.fail(f"reading the Node failed: {api_error(exc)}")
             raise
@@ -178,7 +180,7 @@ class Drain:
         return self.call("listing its Pods", self.api.list_items, resource_path("v1", "pods"), query)
 
     def patch(self, what: str, patch: dict) -> None:
-        self.call(what, self.api.call, "PATCH", self.path, body=patch, content_type="application/strategic-merge-patch+json")
+        self.call(what, self.api.call, "PATCH", self.path, body=patch, content_type=STRATEGIC_MERGE)
 
     def record(self, node: dict) -> None:
         value = drain.record(node, self.p["initial_state_annotation"])
@@ -246,7 +248,7 @@ class Drain:
                     blocked.pop(name, None)
                     self.result["evicted"].append(name)
                 except Exception as exc:
-                    status = getattr(exc, "status", None)
+                    status = api_status(exc)
                     if status == 404:  # gone already
                         del todo[name]
                     elif status == 429:  # a PodDisruptionBudget allows no disruption now

@@ -128,6 +128,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
+    STRATEGIC_MERGE,
     JsonApi,
     api_error,
     connect,
@@ -223,7 +224,7 @@ def main() -> None:
     if not module.check_mode:
         failed = in_parallel(lambda node: api.call("PATCH", f"/api/v1/nodes/{node}", query=[("fieldManager", p["field_manager"])],
                                                    body={"metadata": {"labels": patches[node]}},
-                                                   content_type="application/strategic-merge-patch+json"), sorted(patches))
+                                                   content_type=STRATEGIC_MERGE), sorted(patches))
         if failed:
             node = sorted(failed)[0]
             module.fail_json(msg=f"labelling {len(failed)} node(s) failed, {node} first: {api_error(failed[node])}", **result)

@@ -28,12 +28,14 @@ except ImportError:
     class ApiException(Exception):  # type: ignore[no-redef]
         """Stands in while the kubernetes client is missing (connect() fails before any call): nothing raises it."""
 
-__all__ = ["AUTH_ARGS", "ApiException", "JsonApi", "api_client", "api_error", "auth_settings", "connect", "in_parallel",
-           "resource_path", "selector_matches", "self_sufficient"]
+__all__ = ["AUTH_ARGS", "STRATEGIC_MERGE", "ApiException", "JsonApi", "api_client", "api_error", "api_status", "auth_settings",
+           "connect", "in_parallel", "resource_path", "selector_matches", "self_sufficient"]
 
 # Lists of object metadata only (PartialObjectMetadataList), a page at a time.
 METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 PAGE = 500
+# The patch the typed client sent for a mapping (kubectl's default too): a null removes a key, lists merge by their keys.
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 _PROXY_HEADERS: dict[str, Any] = {
     "proxy_basic_auth": {"type": "str", "no_log": True},
@@ -170,6 +172,11 @@ def connect(module: Any) -> Any:
         raise  # not reached: fail_json exits
 
 
+def api_status(exc: Exception) -> int | None:
+    """The HTTP status the API server answered with; None where no answer came (no connection)."""
+    return getattr(exc, "status", None)
+
+
 def api_error(exc: Exception) -> str:
     """The API server's own message, when it sent one."""
     body = getattr(exc, "body", None)
@@ -205,6 +212,15 @@ class JsonApi:
                                        auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False)
         data = response.data
         return json.loads(data) if data else {}
+
+    def get(self, path: str, query: list | None = None) -> dict | None:
+        """The object (or list, or document) at path; None where the server answers 404."""
+        try:
+            return self.call("GET", path, query=query)
+        except Exception as exc:
+            if api_status(exc) != 404:
+                raise
+            return None
 
     def list_items(self, path: str, query: list | None = None, accept: str = "application/json") -> list[dict]:
         """Every item of a list, a page at a time (a thousand Nodes' objects need not come in one answer)."""

@@ -30,9 +30,9 @@ FILE_STATES = ("file", "directory", "absent")
 UNIT_STATES = ("started", "restarted", "stopped")
 # Where systemd reads units and drop-ins from: a change there takes a daemon-reload.
 SYSTEMD_DIRS = ("/etc/systemd/system/", "/run/systemd/system/", "/usr/lib/systemd/system/", "/lib/systemd/system/")
-# `systemctl is-enabled` states that exit 0 but that `enable` does change (as ansible's systemd_service reads them).
 # systemctl's environment for answers in a fixed form: C locale, no pager, no colours.
 SYSTEMCTL_ENV = {"LC_ALL": "C", "LANG": "C", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"}
+# `systemctl is-enabled` states that exit 0 but that `enable` does change (as ansible's systemd_service reads them).
 NOT_ENABLED = ("enabled-runtime",)
 RUNNING = ("active", "activating", "reloading")
 
