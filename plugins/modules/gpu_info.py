@@ -40,9 +40,11 @@ options:
     type: path
   distribution_facts:
     description:
-      - Also return the distribution facts the collection's roles read (C(distribution), C(distribution_version),
-        C(distribution_major_version), C(distribution_release), C(os_family), C(architecture), C(kernel), C(pkg_mgr)) as
-        C(ansible_facts), read the way C(ansible.builtin.setup) reads them, so that a play needs no C(setup) round trip.
+      - Also return the distribution facts the collection's roles read (C(distribution), C(distribution_major_version),
+        C(os_family), C(architecture), C(kernel)) as C(ansible_facts), with the values C(ansible.builtin.setup) gives them,
+        so that a play needs no C(setup) round trip. They are read from os-release, for the distributions the collection
+        installs on (Ubuntu, Debian, Red Hat Enterprise Linux, Rocky Linux, AlmaLinux); on any other none are returned
+        (the preflight role then runs C(setup)).
     type: bool
     default: false
     version_added: 0.2.0
@@ -312,23 +314,33 @@ package_lists_age:
   type: int
   sample: 1250
 ansible_facts:
-  description: With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them.
+  description:
+    - With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them; empty on a distribution
+      the collection does not install on.
   returned: when O(distribution_facts) is true
   type: dict
   sample: {distribution: Ubuntu, distribution_major_version: "24", os_family: Debian, architecture: x86_64}
 """
 
 import os
+import platform
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-from ansible.module_utils.facts.system.pkg_mgr import PkgMgrFactCollector
-from ansible.module_utils.facts.system.platform import PlatformFactCollector
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import OsRelease
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
-DISTRIBUTION_FACTS = ("distribution", "distribution_version", "distribution_major_version", "distribution_release", "os_family",
-                      "architecture", "kernel", "pkg_mgr")
+# os-release's ID of each distribution the collection installs on, and Ansible's names for it (distribution, os_family).
+# Not Ansible's fact collectors: importing any of them imports all (ansible.module_utils.facts' __init__), which made
+# this, the one module every node run starts with, twice as heavy to send and to start.
+ANSIBLE_NAMES = {
+    "ubuntu": ("Ubuntu", "Debian"),
+    "debian": ("Debian", "Debian"),
+    "rhel": ("RedHat", "RedHat"),
+    "rocky": ("Rocky", "RedHat"),
+    "almalinux": ("AlmaLinux", "RedHat"),
+}
+DISTRIBUTION_FACTS = ("distribution", "distribution_major_version", "os_family", "architecture", "kernel")
 LD_CACHE = "/etc/ld.so.cache"
 # What ansible.builtin.apt's cache_valid_time compares with, in its order.
 APT_LISTS_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -356,13 +368,14 @@ def package_lists_age(now: float | None = None) -> int | None:
     return None
 
 
-def distribution_facts(module: AnsibleModule) -> dict:
-    facts: dict = {}
-    for collector in (DistributionFactCollector(), PlatformFactCollector()):
-        facts.update(collector.collect(module=module))
-    # The package manager collector reads the facts collected before it under their ansible_ names.
-    facts.update(PkgMgrFactCollector().collect(module=module, collected_facts={f"ansible_{k}": v for k, v in facts.items()}))
-    return {k: facts[k] for k in DISTRIBUTION_FACTS if k in facts}
+def distribution_facts(os_release: OsRelease) -> dict[str, str]:
+    """The facts as setup names them, from os-release; none for a distribution the collection does not know."""
+    names = ANSIBLE_NAMES.get(os_release["id"] or "")
+    version = os_release["version_id"]
+    if names is None or not version:
+        return {}
+    return {"distribution": names[0], "distribution_major_version": version.split(".")[0], "os_family": names[1],
+            "architecture": platform.machine(), "kernel": platform.release()}
 
 
 def main() -> None:
@@ -379,7 +392,7 @@ def main() -> None:
         info = collect(p["root"], p["nvml_library"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    extra = {"ansible_facts": distribution_facts(module)} if p["distribution_facts"] else {}
+    extra = {"ansible_facts": distribution_facts(info["node"]["os"])} if p["distribution_facts"] else {}
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
                      package_lists_age=package_lists_age(), **extra)
 

@@ -8,6 +8,7 @@ import platform
 
 import pytest
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible.module_utils.facts.system.platform import PlatformFactCollector
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info
 
 from lab.hardware import build_fake_nvml, load_profile, write_hardware
@@ -33,14 +34,34 @@ class _NoCommands:
 
 
 def test_distribution_facts_are_setups(hw):
+    """On the machine the tests run on (one the collection installs on), each fact is what setup's collectors say."""
     res = call(gpu_info.main, {"root": str(hw), "distribution_facts": True})
     facts = res["ansible_facts"]
     assert set(facts) == set(gpu_info.DISTRIBUTION_FACTS)
     setup = DistributionFactCollector().collect(module=_NoCommands())
-    assert {k: facts[k] for k in ("distribution", "distribution_major_version", "os_family")} == {
-        k: setup[k] for k in ("distribution", "distribution_major_version", "os_family")}
-    assert facts["architecture"] == platform.machine()
+    setup.update(PlatformFactCollector().collect(module=_NoCommands()))
+    assert facts == {k: setup[k] for k in gpu_info.DISTRIBUTION_FACTS}
     assert res["changed"] is False
+
+
+@pytest.mark.parametrize("os_id,version_id,expected", [
+    ("ubuntu", "24.04", ("Ubuntu", "24", "Debian")),
+    ("ubuntu", "22.04", ("Ubuntu", "22", "Debian")),
+    ("debian", "12", ("Debian", "12", "Debian")),
+    ("rhel", "9.4", ("RedHat", "9", "RedHat")),
+    ("rocky", "10.0", ("Rocky", "10", "RedHat")),
+    ("almalinux", "8.10", ("AlmaLinux", "8", "RedHat")),
+])
+def test_distribution_facts_name_the_distribution_as_setup_does(os_id, version_id, expected):
+    facts = gpu_info.distribution_facts({"id": os_id, "version_id": version_id})
+    assert (facts["distribution"], facts["distribution_major_version"], facts["os_family"]) == expected
+    assert facts["architecture"] == platform.machine()
+
+
+@pytest.mark.parametrize("os_id,version_id", [("centos", "9"), ("fedora", "41"), (None, None), ("debian", None)])
+def test_no_distribution_facts_for_a_distribution_the_collection_does_not_know(os_id, version_id):
+    """Guessed names would be worse than none: the preflight role runs setup where gpu_info gives none."""
+    assert gpu_info.distribution_facts({"id": os_id, "version_id": version_id}) == {}
 
 
 def test_no_facts_unless_asked(hw):
