@@ -19,6 +19,8 @@ description:
   - Returns the device names, for C(nvidia.com/gpu=<name>) references.
   - The toolkit's C(nvidia-cdi-refresh) units (toolkit 1.18 and later) regenerate C(/var/run/cdi/nvidia.yaml) when
     the driver changes; this module writes the same file by default, so the two never disagree on where it is.
+  - After the spec, it puts O(files) and O(units) in place as M(gpuops.nvidia.node_files) does (the refresh units'
+    drop-ins, say), in the same run.
 requirements:
   - the NVIDIA Container Toolkit (C(nvidia-ctk)) and a loaded driver on the managed node
   - PyYAML (python3-yaml) for a C(.yaml) spec
@@ -66,6 +68,8 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpuops.nvidia.node_files
+  - gpuops.nvidia.node_files.image_build
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
 attributes:
@@ -123,6 +127,14 @@ kind:
   returned: when state is present
   type: str
   sample: nvidia.com/gpu
+node_files:
+  description:
+    - What O(files) and O(units) did (or would do, in check mode), as M(gpuops.nvidia.node_files) returns it (C(changed),
+      C(files), C(units), C(daemon_reloaded), C(changed_paths)).
+  returned: when O(files) or O(units) are given
+  type: dict
+  sample: {"changed": false, "files": [], "units": [{"name": "nvidia-cdi-refresh.path", "actions": []}], "daemon_reloaded": false,
+           "changed_paths": []}
 backup_file:
   description: The copy of the spec made before it was replaced or removed.
   returned: when O(backup=true) and the spec was replaced or removed
@@ -140,6 +152,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import cdi
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
 try:
     import yaml
@@ -179,6 +193,8 @@ def main() -> None:
             "kind": {"type": "str", "default": "nvidia.com/gpu"},
             "gpu_info": {"type": "dict"},
             "backup": {"type": "bool", "default": False},
+            **nf.ARGUMENT_SPEC,
+            **nf.IMAGE_BUILD_SPEC,
         },
         supports_check_mode=True,
     )
@@ -199,7 +215,22 @@ def main() -> None:
             done = remove_file(module, path, backup=p["backup"])
         except OSError as exc:
             module.fail_json(msg=f"removing the CDI spec failed: {exc}", **result)
-        module.exit_json(**finish(result, tracker, done))
+        finish(result, tracker, done)
+    else:
+        generate(module, tracker, result)
+    if p["files"] or p["units"]:
+        result["node_files"] = nf.ensure(module, tracker, image_build=is_image_build() if p["image_build"] == "auto"
+                                         else p["image_build"] == "true")
+        result["changed"] = result["changed"] or result["node_files"]["changed"]
+    module.exit_json(**tracker.update(result))
+
+
+def generate(module: AnsibleModule, tracker: ChangeTracker, result: dict) -> None:
+    """The spec generated, checked and put in place where it differs; its devices, version and kind into `result`."""
+    p = module.params
+    path = p["path"]
+    ext = os.path.splitext(path)[1]
+    fmt = "json" if ext == ".json" else "yaml"
     try:
         old_text = read_text(path, errors="replace")
     except OSError as exc:
@@ -254,7 +285,6 @@ def main() -> None:
             finish(result, tracker, done)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    module.exit_json(**tracker.update(result))
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ options:
         files for it (a file the runtime cannot read fails here) and says in RV(up_to_date) whether that run would
         change nothing, so that the role can leave it out. Without tomlkit nothing is read and RV(up_to_date) is
         C(null).
+      - O(files) and O(units) are still put in place, once the options pass the check (a role's repository source, in the
+        same round trip).
     type: bool
     default: false
   packages:
@@ -181,6 +183,7 @@ options:
     choices: ["auto", "true", "false"]
     default: auto
 extends_documentation_fragment:
+  - gpuops.nvidia.node_files
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
 attributes:
@@ -218,6 +221,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+node_files:
+  description:
+    - What O(files) and O(units) did (or would do, in check mode), after the check or the change, as
+      M(gpuops.nvidia.node_files) returns it (C(changed), C(files), C(units), C(daemon_reloaded), C(changed_paths)).
+  returned: when O(files) or O(units) are given
+  type: dict
+  sample: {"changed": false, "files": [{"path": "/etc/apt/keyrings", "state": "directory", "changed": false, "backup": "",
+           "present": true}], "units": [], "daemon_reloaded": false, "changed_paths": []}
 runtime:
   description: The runtime configured.
   returned: always
@@ -319,6 +330,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, installed_versions
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
 
@@ -590,10 +602,13 @@ def main() -> None:
             "packages": {"type": "list", "elements": "str", "default": []},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "record": {"type": "path", "default": "/etc/gpuops-nvidia/container-runtime.json"},
+            **nf.ARGUMENT_SPEC,
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "absent" and (p["files"] or p["units"]):
+        module.fail_json(msg="files and units are put in place with state present only")
     names = p["variables"]
     result: dict = {"runtime": p["runtime"], "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
                     "packages": installed_versions(Host(module.run_command, module.get_bin_path), module.get_bin_path, p["packages"]),
@@ -645,6 +660,11 @@ def main() -> None:
             if check["up_to_date"]:
                 for warning in plan["warnings"]:
                     module.warn(warning)
+        if p["files"] or p["units"]:
+            tracker = ChangeTracker(module._diff, always_list=True)
+            done = nf.ensure(module, tracker, image_build=result["image_build"])
+            check.update(node_files=done, changed=done["changed"])
+            tracker.update(check)
         module.exit_json(**check, **result)
     # An uninstall needs tomlkit only to edit a file in place (remove says so): a second one runs after the toolkit's
     # packages, tomlkit among them, are gone.
@@ -706,6 +726,9 @@ def main() -> None:
         restart_pending=pending, restart_marker=marker,
         rollback=[r.rollback() for r in written if r.path in runtime_files],
         cdi_enabled=plan["cdi_enabled"], cdi_supported=plan["cdi_supported"])
+    if p["files"] or p["units"]:
+        result["node_files"] = nf.ensure(module, tracker, image_build=result["image_build"])
+        result["changed"] = result["changed"] or result["node_files"]["changed"]
     tracker.update(result)
     module.exit_json(**result)
 

@@ -19,82 +19,9 @@ description:
     before it stay done.
 author:
   - gpuops.nvidia maintainers (@gpuops)
-options:
-  files:
-    description: The paths to manage, in order.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      path:
-        description: Absolute path.
-        type: path
-        required: true
-      state:
-        description:
-          - C(file) writes O(files[].content); C(directory) makes the directory (parents too); C(absent) removes a file,
-            or a directory left empty (by this call's own removals, in check mode too; anything else in it keeps it).
-        type: str
-        choices: [file, directory, absent]
-        default: file
-      content:
-        description:
-          - The text of the file (state C(file) only).
-          - Without it, the file's text is left as it is (only O(files[].mode), O(files[].owner) and O(files[].group)
-            are set) and a missing file is not made; C(present) in RV(files) says whether it is there, so that a role can
-            make it another way (a key downloaded) only when it is missing.
-        type: str
-      mode:
-        description:
-          - Octal mode, such as C("0644"). Without it a new file is 0644 and a new directory 0755, and an existing one
-            keeps its mode.
-        type: str
-      owner:
-        description: User owning the path; left as it is when not given (a new one is the connecting user's).
-        type: str
-      group:
-        description: Group owning the path; left as it is when not given.
-        type: str
-      backup:
-        description: Keep a copy of a file before it is replaced or removed, beside it (Ansible's backup name).
-        type: bool
-        default: false
-  units:
-    description: The systemd units to manage, after the files.
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      name:
-        description: Unit name, with its suffix.
-        type: str
-        required: true
-      enabled:
-        description:
-          - Enabled at boot, or not; left as it is when not given.
-          - A unit the node does not have fails the call, unless it is asked to be disabled and stopped (or disabled
-            only), which is already so.
-        type: bool
-      state:
-        description:
-          - C(started) starts the unit when it does not run, and restarts it when a path of O(units[].restart_on)
-            changed in this call; C(restarted) restarts it (starts it when it does not run); C(stopped) stops it. Left
-            as it is when not given, and always in an image build.
-        type: str
-        choices: [started, restarted, stopped]
-      restart_on:
-        description: Paths of O(files) whose change restarts the running unit (needs state C(started)).
-        type: list
-        elements: path
-        default: []
-  image_build:
-    description:
-      - C(auto) detects an image build (a chroot, no systemd running); C(true)/C(false) force it. In an image build units
-        are enabled or disabled but never started, stopped or reloaded.
-    type: str
-    choices: ["auto", "true", "false"]
-    default: auto
 extends_documentation_fragment:
+  - gpuops.nvidia.node_files
+  - gpuops.nvidia.node_files.image_build
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_node
 attributes:
@@ -160,50 +87,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "files": {"type": "list", "elements": "dict", "default": [], "options": {
-                "path": {"type": "path", "required": True},
-                "state": {"type": "str", "choices": list(nf.FILE_STATES), "default": "file"},
-                "content": {"type": "str"},
-                "mode": {"type": "str"},
-                "owner": {"type": "str"},
-                "group": {"type": "str"},
-                "backup": {"type": "bool", "default": False},
-            }},
-            "units": {"type": "list", "elements": "dict", "default": [], "options": {
-                "name": {"type": "str", "required": True},
-                "enabled": {"type": "bool"},
-                "state": {"type": "str", "choices": list(nf.UNIT_STATES)},
-                "restart_on": {"type": "list", "elements": "path", "default": []},
-            }},
-            "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec={**nf.ARGUMENT_SPEC, **nf.IMAGE_BUILD_SPEC}, supports_check_mode=True)
+    image_build = module.params["image_build"]
     tracker = ChangeTracker(module._diff, always_list=True)
-    result: dict = {"changed": False, "files": [], "units": [], "daemon_reloaded": False, "changed_paths": []}
-    try:
-        files = nf.file_specs(p["files"])
-        units = nf.unit_specs(p["units"], files)
-    except nf.SpecError as exc:
-        module.fail_json(msg=str(exc), **result)
-    image_build = is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true"
-    systemctl = module.get_bin_path("systemctl") if units else None
-
-    def run(argv: list[str]) -> tuple[int, str, str]:
-        return module.run_command(argv, environ_update=nf.SYSTEMCTL_ENV)
-
-    outcome = nf.Outcome()
-    try:
-        outcome = nf.apply(module, files, units, tracker, image_build=image_build, run=run, systemctl=systemctl)
-    except nf.CommandError as exc:
-        module.fail_json(msg=str(exc), rc=exc.rc, stdout=exc.out, stderr=exc.err, cmd=exc.argv, **result)
-    except (nf.SpecError, OSError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    result.update(changed=outcome.changed, files=outcome.files, units=outcome.units, daemon_reloaded=outcome.daemon_reloaded,
-                  changed_paths=[f["path"] for f in outcome.files if f["changed"]])
+    result = nf.ensure(module, tracker, image_build=is_image_build() if image_build == "auto" else image_build == "true")
     module.exit_json(**tracker.update(result))
 
 

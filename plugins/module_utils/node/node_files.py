@@ -14,7 +14,7 @@ import grp
 import os
 import pwd
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,27 @@ SYSTEMCTL_ENV = {"LC_ALL": "C", "LANG": "C", "SYSTEMD_PAGER": "", "SYSTEMD_COLOR
 # `systemctl is-enabled` states that exit 0 but that `enable` does change (as ansible's systemd_service reads them).
 NOT_ENABLED = ("enabled-runtime",)
 RUNNING = ("active", "activating", "reloading")
+
+# node_files' options (documented in doc_fragments/node_files.py). A module that puts a role's plain files and units in place
+# in its own run, after its own work, takes them as they are (ensure() below): one round trip for the two.
+ARGUMENT_SPEC: dict[str, Any] = {
+    "files": {"type": "list", "elements": "dict", "default": [], "options": {
+        "path": {"type": "path", "required": True},
+        "state": {"type": "str", "choices": list(FILE_STATES), "default": "file"},
+        "content": {"type": "str"},
+        "mode": {"type": "str"},
+        "owner": {"type": "str"},
+        "group": {"type": "str"},
+        "backup": {"type": "bool", "default": False},
+    }},
+    "units": {"type": "list", "elements": "dict", "default": [], "options": {
+        "name": {"type": "str", "required": True},
+        "enabled": {"type": "bool"},
+        "state": {"type": "str", "choices": list(UNIT_STATES)},
+        "restart_on": {"type": "list", "elements": "path", "default": []},
+    }},
+}
+IMAGE_BUILD_SPEC: dict[str, Any] = {"image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"}}
 
 
 class SpecError(ValueError):
@@ -88,7 +109,7 @@ def parse_mode(value: object, where: str) -> int | None:
     return mode
 
 
-def file_specs(entries: list[Mapping[str, Any]]) -> list[FileSpec]:
+def file_specs(entries: Sequence[Mapping[str, Any]]) -> list[FileSpec]:
     """The `files` option, checked: absolute paths, each once, content exactly for files."""
     specs: list[FileSpec] = []
     seen: set[str] = set()
@@ -114,7 +135,7 @@ def file_specs(entries: list[Mapping[str, Any]]) -> list[FileSpec]:
     return specs
 
 
-def unit_specs(entries: list[Mapping[str, Any]], files: list[FileSpec]) -> list[UnitSpec]:
+def unit_specs(entries: Sequence[Mapping[str, Any]], files: list[FileSpec]) -> list[UnitSpec]:
     """The `units` option, checked: a name, a known state, and `restart_on` naming files of this call."""
     paths = {f.path for f in files}
     specs: list[UnitSpec] = []
@@ -324,3 +345,31 @@ def apply(module: AnsibleModule, files: list[FileSpec], units: list[UnitSpec], t
             raise SpecError("systemctl is not on this node: the units cannot be managed")
         apply_units(module, units, outcome, tracker, image_build=image_build, run=run, systemctl=systemctl)
     return outcome
+
+
+def ensure(module: AnsibleModule, tracker: ChangeTracker, *, image_build: bool, files_entries: Sequence[Mapping[str, Any]] | None = None,
+           units_entries: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The files and units given (else the module's `files` and `units` options), node_files' way: what node_files returns
+    (changed, files, units, daemon_reloaded, changed_paths). A failure fails the module with what was done (the entries
+    before stay done)."""
+    result: dict[str, Any] = {"changed": False, "files": [], "units": [], "daemon_reloaded": False, "changed_paths": []}
+    try:
+        files = file_specs(module.params["files"] if files_entries is None else files_entries)
+        units = unit_specs(module.params["units"] if units_entries is None else units_entries, files)
+    except SpecError as exc:
+        module.fail_json(msg=str(exc), **result)
+    systemctl = module.get_bin_path("systemctl") if units else None
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return module.run_command(argv, environ_update=SYSTEMCTL_ENV)
+
+    outcome = Outcome()
+    try:
+        outcome = apply(module, files, units, tracker, image_build=image_build, run=run, systemctl=systemctl)
+    except CommandError as exc:
+        module.fail_json(msg=str(exc), rc=exc.rc, stdout=exc.out, stderr=exc.err, cmd=exc.argv, **result)
+    except (SpecError, OSError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    result.update(changed=outcome.changed, files=outcome.files, units=outcome.units, daemon_reloaded=outcome.daemon_reloaded,
+                  changed_paths=[f["path"] for f in outcome.files if f["changed"]])
+    return result

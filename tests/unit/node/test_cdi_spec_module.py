@@ -176,3 +176,27 @@ def test_a_directory_in_the_specs_place_fails_without_a_traceback(node):
     assert res["failed"] and "Is a directory" in res["msg"] and spec.is_dir()
     res = run(state="absent")
     assert res["failed"] and "Is a directory" in res["msg"] and spec.is_dir()
+
+
+def test_files_go_in_place_after_the_spec_in_the_same_run(node, tmp_path):
+    """The refresh service's drop-in with the spec: one round trip for the two on a converged node."""
+    spec, run, _calls, _answer = node
+    dropin = tmp_path / "nvidia-cdi-refresh.service.d/50-gpuops.conf"
+    files = [{"path": str(dropin.parent), "state": "directory", "mode": "0755"},
+             {"path": str(dropin), "content": "[Service]\n", "mode": "0644"}]
+    res = run(check=True, gpu_info=GPU_INFO, files=files)
+    assert res["changed"] and res["node_files"]["changed_paths"] == [str(dropin.parent), str(dropin)] and not dropin.parent.exists()
+    res = run(gpu_info=GPU_INFO, files=files)
+    assert res["changed"] and spec.read_text() == RECORDED and dropin.read_text() == "[Service]\n"
+    again = run(gpu_info=GPU_INFO, files=files)
+    assert not again["changed"] and again["node_files"]["changed_paths"] == []
+    # A file changed alone is the run's change too.
+    res = run(gpu_info=GPU_INFO, files=[files[0], {**files[1], "content": "[Service]\nEnvironment=A=1\n"}])
+    assert res["changed"] and res["node_files"]["changed_paths"] == [str(dropin)]
+
+
+def test_a_spec_that_fails_leaves_the_files_alone(node, tmp_path):
+    _spec, run, _calls, answer = node
+    answer["rc"] = 1
+    res = run(files=[{"path": str(tmp_path / "d"), "state": "directory"}])
+    assert res["failed"] and not (tmp_path / "d").exists()

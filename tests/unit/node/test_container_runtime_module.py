@@ -230,7 +230,9 @@ def test_inputs_are_refused_naming_the_role_variable_before_anything_is_written(
     if args.get("drop_in") == "DIR":
         args = {**args, "drop_in": str(etc / "containerd/conf.d")}
     before = files(etc)
-    res = run(variables=TOOLKIT_NAMES, validate_only=validate_only, **args)
+    # The role's repository source rides on the check: it is not written either.
+    source = [{"path": str(etc / "apt/sources.list.d/nvidia-container-toolkit.list"), "content": "deb x /\n"}]
+    res = run(variables=TOOLKIT_NAMES, validate_only=validate_only, files=source, **args)
     assert res["failed"] and res["msg"].startswith(message.replace("ETC", str(etc))), res["msg"]
     assert files(etc) == before
 
@@ -243,6 +245,25 @@ def test_validate_only_without_tomlkit_reads_and_writes_no_config(node, monkeypa
     assert not res["failed"] and not res["changed"] and res["runtime"] == "containerd" and res["runtime_version"] == "2.2.1"
     assert res["up_to_date"] is None
     assert files(etc) == {"containerd/config.toml": "this is not TOML ["}
+
+
+def test_the_check_puts_the_files_in_place_once_the_settings_pass(node, monkeypatch):
+    """The repository's source in the check's round trip, on a fresh node (no tomlkit yet) as on a converged one."""
+    etc, run, _calls, _v = node
+    monkeypatch.setattr(container_runtime.cr, "HAS_TOMLKIT", False)
+    source = etc / "apt/sources.list.d/nvidia-container-toolkit.list"
+    entries = [{"path": str(source.parent), "state": "directory", "mode": "0755"},
+               {"path": str(source), "content": "deb [signed-by=/k.asc] https://repo.example/stable/deb/$(ARCH) /\n", "backup": True},
+               {"path": str(etc / "k.asc"), "mode": "0644"}]
+    check = run(check=True, validate_only=True, files=entries)
+    assert check["changed"] and not source.parent.exists()
+    first = run(validate_only=True, files=entries)
+    assert first["changed"] and first["node_files"]["changed_paths"] == [str(source.parent), str(source)]
+    assert not first["node_files"]["files"][2]["present"] and first["up_to_date"] is None
+    assert source.read_text().startswith("deb [signed-by=/k.asc]") and "containerd/conf.d/99-nvidia.toml" not in files(etc)
+    again = run(validate_only=True, files=entries)
+    assert not again["changed"] and again["node_files"]["changed_paths"] == []
+    assert run(state="absent", files=entries)["failed"]
 
 
 def test_validate_only_says_whether_the_real_run_would_change_anything(node, tmp_path):
