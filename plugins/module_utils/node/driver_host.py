@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
@@ -23,6 +23,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import FAMILY as FM_FAMILY
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import parse_policy_versions, parse_repoquery
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import runfile_driver
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible.module_utils.basic import AnsibleModule
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -111,6 +114,51 @@ def persistenced_user(root: str = "/") -> str | None:
             found = PERSISTENCED_USER.search(text)
             return found.group(1) if found else "root"
     return None
+
+
+# The driver role's files (driver_info's host_files): its module options, and nvidia-persistenced's persistence-mode drop-in.
+MODPROBE_FILE = "/etc/modprobe.d/gpuops-nvidia.conf"
+PERSISTENCED_DROPIN_DIR = "/etc/systemd/system/nvidia-persistenced.service.d"
+PERSISTENCED_DROPIN = PERSISTENCED_DROPIN_DIR + "/gpuops.conf"
+PERSISTENCED_DROPIN_TEXT = """\
+# Managed by gpuops.nvidia (gpuops_driver_persistenced): keep the GPUs initialised between jobs.
+[Service]
+ExecStart=
+ExecStart=/usr/bin/nvidia-persistenced --user {user} --persistence-mode --verbose
+# Ubuntu's unit has no [Install] section (udev starts it when the driver binds); enabled, it
+# also runs from boot everywhere.
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def host_files(result: Mapping[str, Any], reboot_required: bool, gpu_info: Mapping[str, Any], *, state_dir: str, modprobe_file: str,
+               persistenced: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The host driver's plain files and nvidia-persistenced's unit, as node_files entries, for driver_info's plan or read.
+
+    The state directory and its record that the host driver owns the GPUs; the module options (or no file); and, where the
+    node has nvidia-persistenced's unit, the drop-in that runs it in persistence mode as the unit's own user, enabled
+    (Ubuntu's unit has no [Install] section: udev starts it when the driver binds) and started (restarted when the drop-in
+    changed) where the driver runs now.
+    """
+    plan, installed = result["plan"], result["installed"]
+    options = plan["modprobe_options"]
+    files: list[dict[str, Any]] = [
+        {"path": state_dir, "state": "directory", "mode": "0755", "owner": "root", "group": "root"},
+        {"path": os.path.join(state_dir, "driver-method"), "content": "host\n", "mode": "0644", "owner": "root", "group": "root"},
+        {"path": modprobe_file, "mode": "0644", **({"content": "# Managed by gpuops.nvidia (gpuops_driver_module_options).\n" + options}
+                                                   if options else {"state": "absent"})},
+    ]
+    user = installed.get("persistenced_user")
+    if not persistenced or user is None:
+        return files, []
+    files += [{"path": PERSISTENCED_DROPIN_DIR, "state": "directory", "mode": "0755"},
+              {"path": PERSISTENCED_DROPIN, "mode": "0644", "content": PERSISTENCED_DROPIN_TEXT.format(user=user)}]
+    runs_now = not plan["image_build"] and not reboot_required and bool(gpu_info.get("node", {}).get("modules", {}).get("nvidia"))
+    unit: dict[str, Any] = {"name": "nvidia-persistenced.service", "enabled": True}
+    if runs_now:
+        unit.update(state="started", restart_on=[PERSISTENCED_DROPIN])
+    return files, [unit]
 
 
 def module_type_of(license_text: str) -> str | None:
@@ -467,3 +515,42 @@ def reboot_reasons(plan: dict, installed: dict, gpu_info: dict) -> list[str]:
     if loaded_version and installed.get("version") and loaded_version != installed["version"]:
         reasons.append(f"the loaded driver is {loaded_version}; the installed one is {installed['version']}")
     return reasons
+
+
+# driver_info's arguments (documented by the node_plan and driver_request fragments), which driver_files takes too.
+DRIVER_ARGS: dict[str, dict[str, Any]] = {
+    **PLAN_ARGS,
+    "method": {"type": "str", "choices": ["auto", "precompiled", "dkms", "containerized"], "default": "auto"},
+    "repository": {"type": "str", "choices": ["distro", "cuda"], "default": "distro"},
+    "branch": {"type": "str", "default": ""},
+    "kernel_module_type": {"type": "str", "choices": ["auto", "open", "proprietary"], "default": "auto"},
+    "kernel_release": {"type": "str", "default": ""},
+    "compute_only": {"type": "bool", "default": True},
+    "allow_branch_change": {"type": "bool", "default": False},
+    "allow_method_change": {"type": "bool", "default": False},
+    "remove_host_driver": {"type": "bool", "default": False},
+    "cuda_repo_url": {"type": "str", "default": "https://developer.download.nvidia.com/compute/cuda/repos"},
+    "repo_ready": {"type": "bool", "default": False},
+    "offline": {"type": "bool", "default": False},
+    "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+    "state_dir": {"type": "path", "default": "/etc/gpuops-nvidia"},
+    "module_options": {"type": "dict", "default": {}},
+    "root": {"type": "path", "default": "/"},
+}
+
+
+def driver_result(module: AnsibleModule) -> dict[str, Any]:
+    """driver_info's result for the module's parameters (changed false, the plan, what is installed, the reboot's reasons);
+    a request that cannot work fails the module, naming the variable."""
+    p = module.params
+    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    result: dict[str, Any] = {}
+    try:
+        result = make_plan(p, p["gpu_info"], host, p["root"])
+    except driver.PlanError as exc:
+        module.fail_json(msg=str(exc), variable=exc.variable)
+    except (RuntimeError, OSError, ValueError) as exc:
+        # OSError/ValueError: a state file (the method marker, dnf's versionlock list) that exists but cannot be read.
+        module.fail_json(msg=str(exc))
+    reasons = reboot_reasons(result["plan"], result["installed"], p["gpu_info"])
+    return {"changed": False, "reboot_required": bool(reasons), "reboot_reasons": reasons, **result}
