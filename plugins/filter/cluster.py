@@ -4,18 +4,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra as cluster_dra
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig as node_mig
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+
+# Imported at first use (module_utils/_common/lazy.py says why): a task that calls one filter imports its module_utils only.
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra as cluster_dra
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig as node_mig
+else:
+    _MU = "ansible_collections.gpuops.nvidia.plugins.module_utils."
+    cluster_dra = LazyModule(_MU + "cluster.dra")
+    driver_container = LazyModule(_MU + "cluster.driver_container")
+    cluster_facts = LazyModule(_MU + "cluster.facts")
+    cluster = LazyModule(_MU + "cluster.rules")
+    cluster_upgrade = LazyModule(_MU + "cluster.upgrade")
+    cluster_validation = LazyModule(_MU + "cluster.validation")
+    node_mig = LazyModule(_MU + "node.mig")
 
 
 def _gfd_labels(info: dict, chosen: object, gfd: dict | None) -> dict | None:
@@ -39,7 +52,7 @@ def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = Non
                                      "or the first play of cluster.yml on it first")
         if name in nodes:
             raise AnsibleFilterError(f"gpuops_cluster_node_name: hosts {nodes[name]['host']} and {host} both name Node {name!r}")
-        row = {"host": host, "info": cluster_facts.slim(cast(GpuInfo, info))}
+        row = {"host": host, "info": cluster_facts.slim(cast("GpuInfo", info))}
         for key, default in keys.items():
             value = hv.get(key)
             row[key] = default if value is None else value
@@ -289,7 +302,7 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
     out: dict[str, Any] = {"errors": [], "gpus": [], "entries": [], "current": labels.get(cluster_validation.MIG_CONFIG),
                            "state": labels.get(cluster_validation.MIG_STATE)}
     out["done"] = out["current"] == name and out["state"] == "success"
-    info = cluster_facts.slim(cast(GpuInfo, facts))
+    info = cluster_facts.slim(cast("GpuInfo", facts))
     if not cluster_facts.mig_capable(info):
         # A run over every GPU node leaves the others alone (the MIG manager does not run there either).
         names = sorted({str(g.get("name") or g.get("device_id")) for g in (facts.get("pci") or {}).get("gpus") or []})
@@ -318,7 +331,7 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
         out["errors"].append(f"gpuops_mig_reconfigure_config: {name!r} is not a config of the MIG manager ({where} has "
                              f"{', '.join(sorted(map(str, configs)))}); add it to gpuops_mig_manager_configs and run playbooks/cluster.yml")
         return out
-    errors, gpus = node_mig.plan(cast(GpuInfo, facts), parted, name, where)
+    errors, gpus = node_mig.plan(cast("GpuInfo", facts), parted, name, where)
     out["errors"] += errors
     out["gpus"] = gpus
     out["entries"] = configs[name]

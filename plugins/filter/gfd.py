@@ -5,11 +5,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import Sharing, node_gfd_labels
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+
+# Imported at first use (module_utils/_common/lazy.py says why).
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import gfd
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import Sharing
+else:
+    gfd = LazyModule("ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd")
 
 
 def gfd_labels(gpu_info: GpuInfo, sharing: Sharing | None = None, mig_strategy: str = "none") -> dict[str, str]:
@@ -19,7 +26,7 @@ def gfd_labels(gpu_info: GpuInfo, sharing: Sharing | None = None, mig_strategy: 
     if sharing is not None and not isinstance(sharing, Mapping):
         raise AnsibleFilterError(f"gfd_labels: sharing {sharing!r} is not a mapping of strategy, replicas, rename_by_default")
     try:
-        labels, _source = node_gfd_labels(gpu_info, sharing, mig_strategy)
+        labels, _source = gfd.node_gfd_labels(gpu_info, sharing, mig_strategy)
     except ValueError as exc:
         raise AnsibleFilterError(f"gfd_labels: {exc}") from exc
     except KeyError as exc:

@@ -4,9 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.inputs import input_errors
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+
+# Imported at first use (module_utils/_common/lazy.py says why).
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common import inputs
+else:
+    inputs = LazyModule("ansible_collections.gpuops.nvidia.plugins.module_utils._common.inputs")
+
+
+def input_errors(checks: Any) -> list[str]:
+    """The messages of the values that are not of their kind (module_utils/_common/inputs.py)."""
+    return inputs.input_errors(checks)
 
 
 class FilterModule:

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import nfd
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+
+# Imported at first use (module_utils/_common/lazy.py says why).
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import nfd
+else:
+    nfd = LazyModule("ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.nfd")
 
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpuops.nvidia")
 

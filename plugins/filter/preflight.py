@@ -4,22 +4,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import Settings, findings, report_lines
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+
+# Imported at first use (module_utils/_common/lazy.py says why).
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import preflight as node_preflight
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import Settings
+else:
+    node_preflight = LazyModule("ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight")
 
 
 def preflight(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings, host: str) -> dict[str, Any]:
     try:
-        found = findings(gpu_info, distribution, str(major_version), settings)
+        found = node_preflight.findings(gpu_info, distribution, str(major_version), settings)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return {
         "findings": found,
         "blockers": sum(1 for f in found if f["severity"] == "blocker"),
-        "report": report_lines(host, gpu_info, found),
+        "report": node_preflight.report_lines(host, gpu_info, found),
     }
 
 
