@@ -408,18 +408,30 @@ def check_branch_change(installed: dict, branch: int, allow: bool) -> None:
                         f"(or gpuops_driver_branch: {installed['branch']} to keep it)")
 
 
+def _other_branch(family: str, packages: list[str], candidates: dict[str, str | None], branch: int) -> int | None:
+    """On Ubuntu, the branch the archive's headless package installs where it is not `branch` (a transitional package)."""
+    if family != "ubuntu":
+        return None
+    # The archive's headless package (the CUDA repository's packages have none to check).
+    head = next((p for p in packages if p.startswith("nvidia-headless")), None)
+    got = branch_of(candidates.get(head)) if head else None
+    return got if got is not None and got != branch else None
+
+
+def candidates_refused(family: str, packages: list[str], candidates: dict[str, str | None], branch: int) -> bool:
+    """Whether check_candidates refuses these candidates (without the branches its message lists)."""
+    return any(not candidates.get(p) for p in packages) or _other_branch(family, packages, candidates, branch) is not None
+
+
 def check_candidates(family: str, packages: list[str], candidates: dict[str, str | None], branch: int,
                      where: str, branches_here: list[int]) -> None:
     """Every package has a candidate, of the branch asked for (not a transitional one of another branch)."""
     missing = [p for p in packages if not candidates.get(p)]
     here = f"branches with packages here: {', '.join(map(str, branches_here))}" if branches_here else "no branch has packages here"
-    if family == "ubuntu":
-        # The archive's headless package (the CUDA repository's packages have none to check).
-        head = next((p for p in packages if p.startswith("nvidia-headless")), None)
-        got = branch_of(candidates.get(head)) if head else None
-        if got is not None and got != branch:
-            raise PlanError("gpuops_driver_branch",
-                            f"{branch}: {head} in {where} is a transitional package that installs branch {got}; {here}")
+    got = _other_branch(family, packages, candidates, branch)
+    if got is not None:
+        head = next(p for p in packages if p.startswith("nvidia-headless"))
+        raise PlanError("gpuops_driver_branch", f"{branch}: {head} in {where} is a transitional package that installs branch {got}; {here}")
     if missing:
         kernel_only = all(p.startswith(("linux-modules-nvidia-", "linux-objects-nvidia-", "linux-signatures-nvidia-", "linux-headers-"))
                           for p in missing)

@@ -99,13 +99,26 @@ class UbuntuArchive(PackageSource):
         flavour = "-server" + ("-open" if query.module_type == "open" else "")
         names = [n for n in index.package_names("nvidia-headless-no-dkms-") if n.endswith(flavour)]
         candidates = index.candidates(names)
-        moved = driver.transitional_branches(index.depends(names))
-        branches = [b for b in driver.available_branches(names, candidates, query.module_type) if b not in moved]
-        if any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in query.gpus):
-            branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
+        everything: list[tuple[dict[int, tuple[str, str]], list[int]]] = []
+
+        def every_branch() -> tuple[dict[int, tuple[str, str]], list[int]]:
+            """The transitional branches and the branches with packages of their own: apt-cache depends on every branch's
+            package, a quarter of a second, so only where the plan chooses the branch or a message lists them."""
+            if not everything:
+                moved = driver.transitional_branches(index.depends(names))
+                branches = [b for b in driver.available_branches(names, candidates, query.module_type) if b not in moved]
+                if any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in query.gpus):
+                    branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
+                everything.append((moved, branches))
+            return everything[0]
+
         branch = query.branch if query.branch is not None else query.installed_branch
         if branch is None:
+            moved, branches = every_branch()
             branch = self._newest_complete(query, index, branches, candidates)
+        else:
+            # The branch asked for, or the installed one: whether it is transitional is its own package's question.
+            moved = driver.transitional_branches(index.depends([n for n in names if n == f"nvidia-headless-no-dkms-{branch}{flavour}"]))
         warnings = []
         if branch in moved:
             package, target = moved[branch]
@@ -113,14 +126,16 @@ class UbuntuArchive(PackageSource):
                    f"installing branch {branch} installs branch {driver.package_branch(target, None)}")
             if query.branch is not None:
                 raise driver.PlanError("gpuops_driver_branch", f"{branch}: {why}; branches with packages of their own here: "
-                                                               f"{', '.join(map(str, branches)) or 'none'}")
+                                                               f"{', '.join(map(str, every_branch()[1])) or 'none'}")
             # The installed branch, retired since: the node keeps it, but any package installed for it brings the newer one.
             warnings.append(f"branch {branch} (installed): {why}; set gpuops_driver_branch (with gpuops_driver_allow_branch_change) "
                             "to move deliberately")
         packages = self._packages(query, branch)
         candidates |= index.candidates([p for p in packages if p not in candidates])
         driver.check_branch_for_gpus(branch, query.gpus)
-        driver.check_candidates(query.family, packages, candidates, branch, self.where(query), branches)
+        if driver.candidates_refused(query.family, packages, candidates, branch):
+            # Refused: the message lists the branches there are.
+            driver.check_candidates(query.family, packages, candidates, branch, self.where(query), every_branch()[1])
         return SourceChoice(branch, packages, query.module_type, query.module_type_reason, candidates, warnings)
 
     def _packages(self, query: SourceQuery, branch: int) -> list[str]:

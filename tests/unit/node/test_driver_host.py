@@ -151,6 +151,10 @@ def test_installed_and_held_driver_is_a_no_op(info_of, root):
     assert not out["plan"]["install"] and out["plan"]["unhold"] == []
     assert out["installed"]["module_type"] == "open" and out["installed"]["not_held"] == []
     assert ["/usr/sbin/modinfo", "-k", "6.8.0-151-generic", "-F", "license", "nvidia"] in fake.calls
+    # The installed branch is the plan's: apt-cache depends (a quarter of a second on the lab) asks about its package
+    # only, not about every branch's.
+    depends = [c for c in fake.calls if c[:2] == ["apt-cache", "depends"]]
+    assert [[a for a in c if a.startswith("nvidia-")] for c in depends] == [["nvidia-headless-no-dkms-580-server-open"]]
 
 
 def test_another_installed_branch_is_refused_then_replaced_when_allowed(info_of, root):
