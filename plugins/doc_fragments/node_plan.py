@@ -7,7 +7,7 @@ from __future__ import annotations
 class ModuleDocFragment:
     """The options every plan module of the host side takes (driver_info, fabric_manager_info, rdma_info): the
     hardware facts and the distribution the plan is made for. Their argument spec is PLAN_ARGS in
-    module_utils/node/driver_host.py."""
+    module_utils/node/host.py."""
 
     DOCUMENTATION = r"""
 options:

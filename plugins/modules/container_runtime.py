@@ -331,8 +331,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes impo
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import Host, installed_versions
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import Host, installed_versions
 
 DEFAULTS = {
     "containerd": ("/etc/containerd/config.toml", "/etc/containerd/conf.d/99-nvidia.toml"),

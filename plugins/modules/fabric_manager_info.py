@@ -114,8 +114,8 @@ service:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import MODES, plan_fabric, start_decision
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import SYSTEMCTL_ENV, unit_state
 
 

@@ -137,7 +137,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import PLAN_ARGS, Host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import MODULES_LOAD_PATH, NICS, STACKS, RdmaRequest, plan_rdma
 
 

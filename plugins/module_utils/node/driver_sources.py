@@ -20,7 +20,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver
 
 
 class PackageIndex(Protocol):
-    """What a source reads from the package manager (driver_host.Host answers it)."""
+    """What a source reads from the package manager (host.Host answers it)."""
 
     def candidates(self, names: list[str]) -> dict[str, str | None]: ...
 

@@ -141,34 +141,6 @@ def package_names(family: str, repository: str, branch: int, mode: str, architec
 UNPINNED = frozenset(("infiniband-diags",))
 
 
-def parse_policy_versions(text: str) -> dict[str, list[str]]:
-    """Every version apt knows of each package, from apt-cache policy's version tables (newest first)."""
-    versions: dict[str, list[str]] = {}
-    name = None
-    in_table = False
-    for line in text.splitlines():
-        if line and not line.startswith(" ") and line.endswith(":"):
-            name, in_table = line[:-1].split(":")[0], False
-            versions[name] = []
-        elif name and line.strip() == "Version table:":
-            in_table = True
-        elif name and in_table and line.startswith(" *** "):
-            versions[name].append(line.split()[1])
-        elif name and in_table and re.match(r"^ {5}\S", line):
-            versions[name].append(line.split()[0])
-    return versions
-
-
-def parse_repoquery(text: str) -> dict[str, list[str]]:
-    """dnf repoquery --qf '%{name} %{version}-%{release}': name -> versions."""
-    versions: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2:
-            versions.setdefault(fields[0], []).append(fields[1])
-    return versions
-
-
 def _sort_key(version: str) -> list[object]:
     return [int(p) if p.isdigit() else p for p in re.split(r"[.\-+~:]", version)]
 

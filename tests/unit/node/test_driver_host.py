@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host, host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -15,7 +15,7 @@ class FakeHost:
     """Answers the commands driver_host runs from recorded output, and remembers them."""
 
     def __init__(self, release: str, dpkg: str = "", license_text: str = "") -> None:
-        self.policy = driver_host.parse_policy((RECORDED / f"{release}-policy.txt").read_text())
+        self.policy = host.parse_policy((RECORDED / f"{release}-policy.txt").read_text())
         names = RECORDED / f"{release}-pkgnames.txt"
         self.pkgnames = names.read_text() if names.exists() else ""
         depends = RECORDED / f"{release}-depends.txt"
@@ -40,8 +40,8 @@ class FakeHost:
             return (0, self.license, "") if self.license else (1, "", "modinfo: ERROR: Module nvidia not found.")
         raise AssertionError(f"unexpected command {argv}")
 
-    def host(self) -> driver_host.Host:
-        return driver_host.Host(self.run, lambda name: f"/usr/sbin/{name}")
+    def host(self) -> host.Host:
+        return host.Host(self.run, lambda name: f"/usr/sbin/{name}")
 
 
 def request(**kw):
@@ -62,7 +62,7 @@ def root(tmp_path):
 
 
 def test_policy_parsing_of_recorded_output():
-    found = driver_host.parse_policy((RECORDED / "noble-policy.txt").read_text())
+    found = host.parse_policy((RECORDED / "noble-policy.txt").read_text())
     assert found["nvidia-headless-no-dkms-580-server-open"] == "580.178.04-0ubuntu0.24.04.1"
     assert found["linux-modules-nvidia-580-server-open-6.8.0-151-generic"] == "6.8.0-151.151"
 
@@ -72,7 +72,7 @@ def test_dpkg_parsing_keeps_installed_packages_and_holds():
             "libnvidia-compute-580-server:amd64\t580.178.04-0ubuntu0.24.04.1\tii \n"
             "nvidia-kernel-common-575-server\t575.57.08-0ubuntu0.24.04.3\trc \n"
             "bash\t5.2.21-2ubuntu4\tii \n")
-    got = driver_host.parse_dpkg(text)
+    got = host.parse_dpkg(text)
     assert got == {"nvidia-utils-580-server": {"version": "580.178.04-0ubuntu0.24.04.1", "held": True},
                    "libnvidia-compute-580-server": {"version": "580.178.04-0ubuntu0.24.04.1", "held": False},
                    "bash": {"version": "5.2.21-2ubuntu4", "held": False}}
@@ -420,3 +420,34 @@ def test_a_runfile_driver_is_refused_before_any_command_for_every_method(info_of
                            f"({tmp_path}/usr/bin/nvidia-uninstall)")
     assert why in text and f"remove it with {tmp_path}/usr/bin/nvidia-uninstall --silent and reboot" in text
     assert fake.calls == []
+
+
+def test_depends_reads_dpkg_for_a_package_installed_at_its_candidate():
+    """dpkg's record for what is installed at the candidate's version; apt-cache depends (a third of a second) for the rest."""
+    head = "nvidia-headless-no-dkms-580-server-open"
+    calls = []
+
+    def run(argv, environ_update=None):
+        calls.append(argv)
+        if argv[0] == "dpkg-query":
+            assert argv[3] == host.DPKG_DEPENDS_FORMAT
+            return 1, (f"{head}\t580.178.04-0ubuntu0.24.04.1\thi \t, nvidia-kernel-common-580-server (<= 580.178.04-1), "
+                       "libnvidia-compute-580-server:amd64 (= 580.178.04-0ubuntu0.24.04.1) | nvidia-compute-alt\n"
+                       "nvidia-headless-no-dkms-570-server-open\t570.1-0\trc \t, x\n"), "dpkg-query: no packages found matching y\n"
+        if argv[:2] == ["apt-cache", "policy"]:
+            return 0, "".join(f"{n}:\n  Installed: (none)\n  Candidate: {versions[n]}\n" for n in argv[2:]), ""
+        if argv[:2] == ["apt-cache", "depends"]:
+            return 0, "".join(f"{n}\n  Depends: {n}-dep\n" for n in argv if n.startswith("nvidia-headless") or n == "y"), ""
+        raise AssertionError(argv)
+
+    versions = {head: "580.178.04-0ubuntu0.24.04.1"}
+    fake = host.Host(run, lambda name: f"/usr/bin/{name}")
+    got = fake.depends([head, "y"])
+    assert got[head] == ["nvidia-kernel-common-580-server", "libnvidia-compute-580-server", "nvidia-compute-alt"]
+    assert got["y"] == ["y-dep"]
+    assert [c for c in calls if c[:2] == ["apt-cache", "depends"]][0][-1:] == ["y"]
+    # A newer candidate than the installed version: apt says what that one depends on.
+    versions[head] = "580.200.01-0ubuntu0.24.04.1"
+    calls.clear()
+    assert fake.depends([head]) == {head: [f"{head}-dep"]}
+    assert calls[-1][:2] == ["apt-cache", "depends"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_sources import (
     CudaDeb,
@@ -39,9 +39,9 @@ class Index:
     def recorded(cls, release: str) -> Index:
         names = RECORDED / f"{release}-pkgnames.txt"
         depends = RECORDED / f"{release}-depends.txt"
-        return cls(driver_host.parse_policy((RECORDED / f"{release}-policy.txt").read_text()),
+        return cls(host.parse_policy((RECORDED / f"{release}-policy.txt").read_text()),
                    names.read_text().split() if names.exists() else [],
-                   driver_host.parse_depends(depends.read_text()) if depends.exists() else {})
+                   host.parse_depends(depends.read_text()) if depends.exists() else {})
 
     def depends(self, names: list[str]) -> dict[str, list[str]]:
         self.asked.append(("depends", list(names)))

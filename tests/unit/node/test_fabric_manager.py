@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import fabric_manager as fm
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import host
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -23,7 +24,7 @@ def gpu_info(mode: str = "fabricmanager", loaded: str | None = V580) -> dict:
 
 def noble_versions(_family: str, names: list[str]) -> dict[str, list[str]]:
     """What the recorded apt-cache policy of Ubuntu 24.04 answers (names it does not know are absent)."""
-    found = fm.parse_policy_versions((RECORDED / "noble-fabricmanager-policy.txt").read_text())
+    found = host.parse_policy_versions((RECORDED / "noble-fabricmanager-policy.txt").read_text())
     return {n: found[n] for n in names if n in found}
 
 
@@ -61,7 +62,7 @@ def test_debian_archive_has_no_fabric_manager():
 
 
 def test_parse_policy_versions_reads_every_version_and_skips_unknown_names():
-    found = fm.parse_policy_versions((RECORDED / "noble-fabricmanager-policy.txt").read_text())
+    found = host.parse_policy_versions((RECORDED / "noble-fabricmanager-policy.txt").read_text())
     assert found["nvidia-fabricmanager-580"] == [DEB580]
     assert found["infiniband-diags"] == ["50.0-2ubuntu0.2", "50.0-2build2"]
     assert found["nvidia-fabricmanager"] == []  # CUDA's unversioned name: not in Canonical's archive
@@ -72,12 +73,12 @@ def test_parse_policy_versions_reads_the_installed_marker():
     text = ("nvidia-fabricmanager-580:\n  Installed: 580.178.04-0ubuntu0.24.04.1\n  Candidate: 580.178.04-0ubuntu0.24.04.1\n"
             "  Version table:\n *** 580.178.04-0ubuntu0.24.04.1 500\n        500 http://a noble-updates/multiverse amd64 Packages\n"
             "        100 /var/lib/dpkg/status\n     580.95.05-0ubuntu1 500\n        500 http://a noble/multiverse amd64 Packages\n")
-    assert fm.parse_policy_versions(text) == {"nvidia-fabricmanager-580": [DEB580, "580.95.05-0ubuntu1"]}
+    assert host.parse_policy_versions(text) == {"nvidia-fabricmanager-580": [DEB580, "580.95.05-0ubuntu1"]}
 
 
 def test_parse_repoquery():
     text = "nvidia-fabricmanager 580.105.08-1\nnvidia-fabricmanager 580.95.05-1\nlibnvidia-nscq 580.105.08-1\n"
-    assert fm.parse_repoquery(text) == {"nvidia-fabricmanager": ["580.105.08-1", "580.95.05-1"], "libnvidia-nscq": ["580.105.08-1"]}
+    assert host.parse_repoquery(text) == {"nvidia-fabricmanager": ["580.105.08-1", "580.95.05-1"], "libnvidia-nscq": ["580.105.08-1"]}
 
 
 def test_fresh_noble_node_installs_both_packages_pinned():
