@@ -136,3 +136,20 @@ def test_the_roles_internal_calls_skip_argument_validation():
     assert len(internal) >= 20
     validating = [(where, args["name"], args["tasks_from"]) for where, args in internal if args.get("rolespec_validate") is not False]
     assert not validating, f"internal calls that validate their arguments (rolespec_validate: false): {validating}"
+
+
+def test_cluster_yml_skips_only_the_argument_checks_its_validate_loop_made():
+    """cluster.yml checks every role's inputs (tasks_from: validate) before the first object is applied, then includes
+    the roles without checking their arguments again: only sound where each of those roles' validate spec is its main's,
+    and the validate loop includes it."""
+    play = next(p for p in yaml.safe_load((REPO / "playbooks/cluster.yml").read_text()) if p.get("name") == "Deploy the GPU components to the cluster")
+    found: list[tuple[str, dict]] = []
+    _role_includes(play["tasks"], "cluster.yml", found)
+    loop = next(t for t in play["tasks"] if t.get("name") == "Check the inputs of every role")["loop"]
+    unchecked = {str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found
+                 if args.get("rolespec_validate") is False and not args.get("tasks_from")}
+    assert len(unchecked) >= 9
+    assert unchecked <= set(loop), f"included unchecked but not in the validate loop: {sorted(unchecked - set(loop))}"
+    for role in sorted(unchecked):
+        specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
+        assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
