@@ -82,16 +82,16 @@ candidates:
   returned: success
   type: dict
 reboot_required:
-  description: Whether the installed driver runs only after a reboot.
+  description: Whether the installed driver runs only after a reboot, as M(gpuops.nvidia.driver_info) says it.
   returned: success
   type: bool
 reboot_reasons:
-  description: Why a reboot is required.
+  description: Why, as M(gpuops.nvidia.driver_info) says it.
   returned: success
   type: list
   elements: str
 marker:
-  description: The driver method recorded on the node, if any.
+  description: The driver method recorded on the node, as M(gpuops.nvidia.driver_info) returns it.
   returned: success
   type: str
 node_files:
