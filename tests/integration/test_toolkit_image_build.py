@@ -22,7 +22,9 @@ from lab.images import ensure_images
 from tests.integration.test_lab_machines import REPO
 
 BIN = Path(sys.executable).parent
-PORT = 8471  # apart from the default, so a running `lab repo up` does not matter
+# Apart from `lab repo up`'s default (8461) and the bench's (8471, kept up by `make bench --keep`), so that neither, running,
+# matters.
+PORT = 8472
 
 PLAYBOOK = """
 - name: Build the toolkit into an image
