@@ -85,7 +85,10 @@ def test_the_role_builds_the_toolkit_into_an_image_and_starts_nothing(image):
     ran = [name for name, result in first["tasks"].items() if not result.get("skipped")]
     assert "Restart the container runtime" in first["tasks"], "the config changed, so the handler was notified"
     assert not [name for name in ran if name.startswith(("Restart", "Check that"))], ran
-    assert first["tasks"]["Generate the CDI spec for the GPUs the driver sees"].get("skipped") is True
+    spec = "Generate the CDI spec for the GPUs the driver sees, and have it regenerated when the driver changes"
+    assert first["tasks"][spec].get("skipped") is True
+    # The refresh units without the spec, in the image (enabled, started at boot).
+    assert not first["tasks"]["Have the CDI spec regenerated when the driver changes"].get("skipped")
     # In the image: the toolkit from the lab repository, the drop-in imported, the refresh unit enabled.
     assert (root / "usr/bin/nvidia-ctk").exists()
     assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
