@@ -153,7 +153,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes impo
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import cdi
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
 
 try:
     import yaml
@@ -194,7 +194,7 @@ def main() -> None:
             "gpu_info": {"type": "dict"},
             "backup": {"type": "bool", "default": False},
             **nf.ARGUMENT_SPEC,
-            **nf.IMAGE_BUILD_SPEC,
+            "image_build": IMAGE_BUILD_ARG,
         },
         supports_check_mode=True,
     )
@@ -219,8 +219,7 @@ def main() -> None:
     else:
         generate(module, tracker, result)
     if p["files"] or p["units"]:
-        result["node_files"] = nf.ensure(module, tracker, image_build=is_image_build() if p["image_build"] == "auto"
-                                         else p["image_build"] == "true")
+        result["node_files"] = nf.ensure(module, tracker, image_build=image_build_setting(p["image_build"]))
         result["changed"] = result["changed"] or result["node_files"]["changed"]
     module.exit_json(**tracker.update(result))
 

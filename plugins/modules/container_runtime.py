@@ -331,7 +331,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes impo
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import Host, installed_versions
 
 DEFAULTS = {
@@ -595,7 +595,7 @@ def main() -> None:
             "toolkit_settings": {"type": "dict", "default": {}},
             "backup": {"type": "bool", "default": True},
             "backup_dir": {"type": "path"},
-            "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "image_build": IMAGE_BUILD_ARG,
             "restart_marker": {"type": "path"},
             "variables": {"type": "dict", "default": {}},
             "validate_only": {"type": "bool", "default": False},
@@ -612,7 +612,7 @@ def main() -> None:
     names = p["variables"]
     result: dict = {"runtime": p["runtime"], "runtime_handler": p["runtime_name"], "runtime_version": "", "config_version": 0,
                     "packages": installed_versions(Host(module.run_command, module.get_bin_path), module.get_bin_path, p["packages"]),
-                    "image_build": is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true",
+                    "image_build": image_build_setting(p["image_build"]),
                     "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
     try:
         installed = [name for name in ("containerd", "crio") if module.get_bin_path(name)]

@@ -134,7 +134,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text, remove_file, write_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import is_image_build
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
 
 _C_ENV = {"LC_ALL": "C", "LANG": "C"}
 
@@ -169,7 +169,7 @@ def main() -> None:
             "unload": {"type": "bool", "default": True},
             "root": {"type": "path", "default": "/"},
             "sysroot": {"type": "path", "default": "/"},
-            "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+            "image_build": IMAGE_BUILD_ARG,
             "backup": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
@@ -209,7 +209,7 @@ def main() -> None:
                                  cmd=command, **result)
         result["initramfs"]["rebuilt"] = bool(command)
 
-    image_build = is_image_build() if p["image_build"] == "auto" else p["image_build"] == "true"
+    image_build = image_build_setting(p["image_build"])
     use = nv.module_use(_read_info(os.path.join(p["root"], "proc/modules")) or "")
     result["loaded"] = use is not None
     if p["state"] == "present" and use is not None and not image_build:

@@ -21,7 +21,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import FAMILY as FM_FAMILY
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import runfile_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, runfile_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -372,7 +372,7 @@ DRIVER_ARGS: dict[str, dict[str, Any]] = {
     "cuda_repo_url": {"type": "str", "default": "https://developer.download.nvidia.com/compute/cuda/repos"},
     "repo_ready": {"type": "bool", "default": False},
     "offline": {"type": "bool", "default": False},
-    "image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
+    "image_build": IMAGE_BUILD_ARG,
     "state_dir": {"type": "path", "default": "/etc/gpuops-nvidia"},
     "module_options": {"type": "dict", "default": {}},
     "root": {"type": "path", "default": "/"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import (
     KernelState,
@@ -177,6 +178,15 @@ def kernel_state(root: str, filesystem_root: str = "/") -> KernelState:
     running = _read(os.path.join(root, "proc/sys/kernel/osrelease"))
     headers = bool(running) and os.path.isdir(os.path.join(modules_dir, str(running), "build"))
     return {"running": running, "installed": installed, "headers_installed": headers}
+
+
+# The node modules' image_build option: auto detects an image build (is_image_build), true and false force the answer.
+IMAGE_BUILD_ARG: dict[str, Any] = {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"}
+
+
+def image_build_setting(value: str) -> bool:
+    """The image_build option's answer: detected for auto, else as given."""
+    return is_image_build() if value == "auto" else value == "true"
 
 
 def is_image_build(filesystem_root: str = "/") -> bool:

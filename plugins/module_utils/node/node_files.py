@@ -55,7 +55,6 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "restart_on": {"type": "list", "elements": "path", "default": []},
     }},
 }
-IMAGE_BUILD_SPEC: dict[str, Any] = {"image_build": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"}}
 
 
 class SpecError(ValueError):
