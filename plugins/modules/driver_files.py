@@ -123,8 +123,8 @@ def main() -> None:
     p = module.params
     result = driver_result(module)
     if p["host_files"] and result["plan"]["method"] != "containerized":
-        files, units = host_files(result, result["reboot_required"], p["gpu_info"], state_dir=p["state_dir"],
-                                  modprobe_file=p["modprobe_file"], persistenced=p["persistenced"])
+        files, units = host_files(result, p["gpu_info"], state_dir=p["state_dir"], modprobe_file=p["modprobe_file"],
+                                  persistenced=p["persistenced"])
         tracker = ChangeTracker(module._diff, always_list=True)
         result["node_files"] = nf.ensure(module, tracker, image_build=bool(result["plan"]["image_build"]), files_entries=files,
                                          units_entries=units)

@@ -56,7 +56,7 @@ def persistenced_user(root: str = "/") -> str | None:
     return None
 
 
-# The driver role's files (driver_info's host_files): its module options, and nvidia-persistenced's persistence-mode drop-in.
+# The driver role's files (driver_files' host_files): its module options, and nvidia-persistenced's persistence-mode drop-in.
 MODPROBE_FILE = "/etc/modprobe.d/gpuops-nvidia.conf"
 PERSISTENCED_DROPIN_DIR = "/etc/systemd/system/nvidia-persistenced.service.d"
 PERSISTENCED_DROPIN = PERSISTENCED_DROPIN_DIR + "/gpuops.conf"
@@ -72,9 +72,10 @@ WantedBy=multi-user.target
 """
 
 
-def host_files(result: Mapping[str, Any], reboot_required: bool, gpu_info: Mapping[str, Any], *, state_dir: str, modprobe_file: str,
+def host_files(result: Mapping[str, Any], gpu_info: Mapping[str, Any], *, state_dir: str, modprobe_file: str,
                persistenced: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The host driver's plain files and nvidia-persistenced's unit, as node_files entries, for driver_info's plan or read.
+    """The host driver's plain files and nvidia-persistenced's unit, as node_files entries, from driver_files' plan or read
+    (driver_result's answer: the plan, what is installed and whether a reboot is required).
 
     The state directory and its record that the host driver owns the GPUs; the module options (or no file); and, where the
     node has nvidia-persistenced's unit, the drop-in that runs it in persistence mode as the unit's own user, enabled
@@ -94,7 +95,7 @@ def host_files(result: Mapping[str, Any], reboot_required: bool, gpu_info: Mappi
         return files, []
     files += [{"path": PERSISTENCED_DROPIN_DIR, "state": "directory", "mode": "0755"},
               {"path": PERSISTENCED_DROPIN, "mode": "0644", "content": PERSISTENCED_DROPIN_TEXT.format(user=user)}]
-    runs_now = not plan["image_build"] and not reboot_required and bool(gpu_info.get("node", {}).get("modules", {}).get("nvidia"))
+    runs_now = not plan["image_build"] and not result["reboot_required"] and bool(gpu_info.get("node", {}).get("modules", {}).get("nvidia"))
     unit: dict[str, Any] = {"name": "nvidia-persistenced.service", "enabled": True}
     if runs_now:
         unit.update(state="started", restart_on=[PERSISTENCED_DROPIN])
