@@ -10,6 +10,7 @@ the node still lacks. driver_host.plan_driver picks the source and assembles the
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -99,18 +100,16 @@ class UbuntuArchive(PackageSource):
         flavour = "-server" + ("-open" if query.module_type == "open" else "")
         names = [n for n in index.package_names("nvidia-headless-no-dkms-") if n.endswith(flavour)]
         candidates = index.candidates(names)
-        everything: list[tuple[dict[int, tuple[str, str]], list[int]]] = []
 
+        @functools.cache
         def every_branch() -> tuple[dict[int, tuple[str, str]], list[int]]:
             """The transitional branches and the branches with packages of their own: apt-cache depends on every branch's
             package, a quarter of a second, so only where the plan chooses the branch or a message lists them."""
-            if not everything:
-                moved = driver.transitional_branches(index.depends(names))
-                branches = [b for b in driver.available_branches(names, candidates, query.module_type) if b not in moved]
-                if any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in query.gpus):
-                    branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
-                everything.append((moved, branches))
-            return everything[0]
+            moved = driver.transitional_branches(index.depends(names))
+            branches = [b for b in driver.available_branches(names, candidates, query.module_type) if b not in moved]
+            if any(g.get("architecture") in driver.LEGACY_ARCHITECTURES for g in query.gpus):
+                branches = [b for b in branches if b <= driver.LAST_LEGACY_BRANCH]
+            return moved, branches
 
         branch = query.branch if query.branch is not None else query.installed_branch
         if branch is None:
