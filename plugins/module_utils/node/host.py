@@ -138,11 +138,13 @@ PLAN_ARGS: dict[str, dict[str, Any]] = {
 
 
 class Host:
-    """The commands the plan needs, run through one runner."""
+    """The commands the plan needs, run through one runner (for one module run: the package lists do not change in it)."""
 
     def __init__(self, run: Runner, which: Callable[[str], str | None]) -> None:
         self._run = run
         self._which = which
+        # Candidates apt-cache policy already gave: the plan and the dependency read ask about the same packages.
+        self._candidates: dict[str, str | None] = {}
 
     def _cmd(self, argv: list[str]) -> tuple[int, str, str]:
         return self._run(argv, environ_update=C_ENV)
@@ -159,13 +161,14 @@ class Host:
         return parse_dpkg(out)
 
     def candidates(self, names: list[str]) -> dict[str, str | None]:
-        if not names:
-            return {}
-        rc, out, err = self._cmd(["apt-cache", "policy", *names])
-        if rc != 0:
-            raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
-        # A name apt does not know is absent from its answer: no candidate.
-        return dict.fromkeys(names) | parse_policy(out)
+        unknown = [n for n in dict.fromkeys(names) if n not in self._candidates]
+        if unknown:
+            rc, out, err = self._cmd(["apt-cache", "policy", *unknown])
+            if rc != 0:
+                raise RuntimeError(f"apt-cache policy failed: {err.strip()}")
+            # A name apt does not know is absent from its answer: no candidate.
+            self._candidates |= dict.fromkeys(unknown) | parse_policy(out)
+        return {n: self._candidates[n] for n in names}
 
     def depends(self, names: list[str]) -> dict[str, list[str]]:
         """What each package's candidate depends on; nothing for a package apt cannot say about.

@@ -442,12 +442,16 @@ def test_depends_reads_dpkg_for_a_package_installed_at_its_candidate():
 
     versions = {head: "580.178.04-0ubuntu0.24.04.1"}
     fake = host.Host(run, lambda name: f"/usr/bin/{name}")
+    # The plan asks for the candidate first; the dependency read does not ask apt-cache policy again.
+    assert fake.candidates([head]) == {head: versions[head]}
     got = fake.depends([head, "y"])
     assert got[head] == ["nvidia-kernel-common-580-server", "libnvidia-compute-580-server", "nvidia-compute-alt"]
     assert got["y"] == ["y-dep"]
     assert [c[8:] for c in calls if c[:2] == ["apt-cache", "depends"]] == [["y"]]
-    # A newer candidate than the installed version: apt says what that one depends on.
+    assert [c[2:] for c in calls if c[:2] == ["apt-cache", "policy"]] == [[head]]
+    # A newer candidate than the installed version (another node, another run): apt says what that one depends on.
     versions[head] = "580.200.01-0ubuntu0.24.04.1"
     calls.clear()
+    fake = host.Host(run, lambda name: f"/usr/bin/{name}")
     assert fake.depends([head]) == {head: [f"{head}-dep"]}
     assert calls[-1][:2] == ["apt-cache", "depends"]
