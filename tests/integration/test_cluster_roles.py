@@ -173,6 +173,14 @@ BAD_INPUT = {
     "a typo in the default MIG config": (
         {"gpuops_mig_manager_default_config": "all-balancd"},
         "gpuops_mig_manager_default_config: 'all-balancd' is not a MIG config"),
+    # A role's checks are one task: every error of its inputs comes in one run.
+    "a role's errors together": (
+        {"gpuops_dcgm_exporter_port": 94000, "gpuops_dcgm_exporter_service_monitor_interval": "15 seconds"},
+        ("gpuops_dcgm_exporter_port: 94000 is not a port",
+         "gpuops_dcgm_exporter_service_monitor_interval: 15 seconds is not a Prometheus duration")),
+    "sharing configs with DRA": (
+        {"gpuops_gpu_scheduling": "dra", "gpuops_device_plugin_configs": {"ts-2": _sharing("timeSlicing", 2)}},
+        "are the device plugin's sharing configs, which nothing reads with gpuops_gpu_scheduling: dra"),
     "unknown DCGM field": (
         {"gpuops_dcgm_exporter_metrics": "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization.\nDCGM_FI_DEV_NO_SUCH_FIELD, gauge, Nothing.\n"},
         "gpuops_dcgm_exporter_metrics line 2: 'DCGM_FI_DEV_NO_SUCH_FIELD' is not a DCGM field name"),
