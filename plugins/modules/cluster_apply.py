@@ -30,7 +30,30 @@ options:
         namespaced.
     type: list
     elements: dict
-    required: true
+    default: []
+  label_sets:
+    description:
+      - Node labels set before the first object is applied, in the same run (the DaemonSets among the objects read
+        them), as M(gpuops.nvidia.node_labels) sets its O(gpuops.nvidia.node_labels#module:sets). The Nodes are listed
+        once, and each Node that differs is patched once. A Node a set names that is not in the cluster fails the run
+        before anything is labelled or applied.
+      - RV(labelled) says what each set changed.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: What the set is; returned with its changed Nodes in RV(labelled.sets).
+        type: str
+      labels:
+        description: Node name to the labels it should carry; a value of C(null) removes the label.
+        type: dict
+        required: true
+      keep_existing:
+        description: Label keys whose existing non-empty value wins over the one given.
+        type: list
+        elements: str
+        default: []
   field_manager:
     description: The field manager the fields applied belong to.
     type: str
@@ -48,11 +71,13 @@ attributes:
     support: full
     details:
       - The API server's dry run of each apply; what cannot be dry-run yet is listed in RV(not_dry_run).
+      - The Nodes' labels are compared as in a real run; nothing is patched.
   diff_mode:
     support: full
     details:
       - Each created or changed object, before and after, without its status and the server's metadata; a Secret's
         values hidden.
+      - The labels of each Node that changes, before and after.
   idempotent:
     support: full
 """
@@ -62,6 +87,14 @@ EXAMPLES = r"""
   gpuops.nvidia.cluster_apply:
     objects: "{{ lookup('gpuops.nvidia.objects_template', 'objects.yml.j2') }}"
     field_manager: gpuops-nvidia
+
+- name: Label the GPU node for the device plugin, then apply it
+  gpuops.nvidia.cluster_apply:
+    label_sets:
+      - name: deploy labels
+        labels: {gpu-node-1: {nvidia.com/gpu.deploy.device-plugin: "true"}}
+        keep_existing: [nvidia.com/gpu.deploy.device-plugin]
+    objects: "{{ lookup('gpuops.nvidia.objects_template', 'objects.yml.j2') }}"
 """
 
 RETURN = r"""
@@ -83,6 +116,19 @@ not_dry_run:
   returned: always
   type: list
   elements: str
+labelled:
+  description: What O(label_sets) changed.
+  returned: always
+  type: dict
+  contains:
+    changed_nodes:
+      description: The Nodes patched (or, in check mode, that would be).
+      type: list
+      elements: str
+    sets:
+      description: For each set in its order, its O(label_sets[].name) and the Nodes whose labels it changes.
+      type: list
+      elements: dict
 object:
   description: The object whose apply failed (kind and name).
   returned: failure of an apply
@@ -109,6 +155,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
     in_parallel,
     resource_path,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import SET_OPTIONS, LabelError, label, set_errors
 
 APPLY = "application/apply-patch+yaml"
 CRD_WAIT = 60.0
@@ -213,30 +260,42 @@ class Applier:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "objects": {"type": "list", "elements": "dict", "required": True},
+            "objects": {"type": "list", "elements": "dict", "default": []},
+            "label_sets": {"type": "list", "elements": "dict", "default": [], "options": SET_OPTIONS},
             "field_manager": {"type": "str", "default": "gpuops-nvidia"},
             "force_conflicts": {"type": "bool", "default": True},
             **AUTH_ARGS,
         },
         supports_check_mode=True,
     )
-    objects = module.params["objects"]
-    errors = check_objects(objects)
+    objects, sets = module.params["objects"], module.params["label_sets"]
+    bad_objects = check_objects(objects)
+    errors = (["objects: " + "; ".join(bad_objects)] if bad_objects else []) + set_errors(sets, "label_sets")
     if errors:
-        module.fail_json(msg="objects: " + "; ".join(errors))
-    applier = Applier(JsonApi(connect(module)), objects, module.params, module.check_mode)
+        module.fail_json(msg="; ".join(errors))
+    api = JsonApi(connect(module))
+    labelled: dict[str, Any] = {"changed": False, "changed_nodes": [], "sets": []}
+    if sets:
+        try:
+            labelled = label(api, sets, module.params["field_manager"], "fail", module.check_mode, module._diff)
+        except LabelError as exc:
+            module.fail_json(msg=exc.msg, labelled=exc.result)
+    applier = Applier(api, objects, module.params, module.check_mode)
+    out: dict[str, Any] = {"labelled": {key: labelled[key] for key in ("changed_nodes", "sets")}}
     try:
         applier.run()
     except Failed as exc:
-        module.fail_json(msg=exc.msg, object=exc.obj, status=exc.status, results=[r for r in applier.results if r])
+        module.fail_json(msg=exc.msg, object=exc.obj, status=exc.status, results=[r for r in applier.results if r], **out)
     results = [r for r in applier.results if r]
-    out: dict[str, Any] = {
-        "changed": any(r["result"] != "unchanged" for r in results),
+    out.update({
+        "changed": labelled["changed"] or any(r["result"] != "unchanged" for r in results),
         "results": results,
         "not_dry_run": [r["object"] for r in results if r["result"] == "not dry-run"],
-    }
-    if module._diff and applier.diffs:
-        out["diff"] = [applier.diffs[index] for index in sorted(applier.diffs)]
+    })
+    diffs = ([{"before_header": "Node labels", "after_header": "Node labels", **labelled["diff"]}] if "diff" in labelled else []) + [
+        applier.diffs[index] for index in sorted(applier.diffs)]
+    if module._diff and diffs:
+        out["diff"] = diffs
     module.exit_json(**out)
 
 

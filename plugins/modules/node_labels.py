@@ -123,51 +123,9 @@ sets:
       elements: str
 """
 
-from typing import Any
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
-    AUTH_ARGS,
-    STRATEGIC_MERGE,
-    JsonApi,
-    api_error,
-    connect,
-    in_parallel,
-)
-
-
-def plan(current: dict[str, dict], wanted: dict[str, dict], keep_existing: set[str]) -> dict[str, dict]:
-    """Node -> the label patch it needs (only what differs); Nodes already right are left out."""
-    patches: dict[str, dict] = {}
-    for node, labels in wanted.items():
-        have = current.get(node)
-        if have is None:
-            continue
-        patch: dict[str, str | None] = {}
-        for key, given in (labels or {}).items():
-            value = None if given is None else str(given)
-            if key in keep_existing and have.get(key):
-                continue
-            if value is None and key in have:
-                patch[key] = None
-            elif value is not None and have.get(key) != value:
-                patch[key] = value
-        if patch:
-            patches[node] = patch
-    return patches
-
-
-def plan_sets(current: dict[str, dict], sets: list[dict]) -> tuple[dict[str, dict], list[list[str]]]:
-    """The merged patch per Node of several label sets (a later set's value wins for a key two sets name), and
-    each set's own changed Nodes, in order."""
-    merged: dict[str, dict] = {}
-    changed: list[list[str]] = []
-    for one in sets:
-        patches = plan(current, one["labels"] or {}, set(one.get("keep_existing") or []))
-        changed.append(sorted(patches))
-        for node, patch in patches.items():
-            merged.setdefault(node, {}).update(patch)
-    return merged, changed
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import AUTH_ARGS, JsonApi, connect
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import SET_OPTIONS, LabelError, label, set_errors
 
 
 def main() -> None:
@@ -175,11 +133,7 @@ def main() -> None:
         argument_spec={
             "labels": {"type": "dict"},
             "keep_existing": {"type": "list", "elements": "str", "default": []},
-            "sets": {"type": "list", "elements": "dict", "options": {
-                "name": {"type": "str"},
-                "labels": {"type": "dict", "required": True},
-                "keep_existing": {"type": "list", "elements": "str", "default": []},
-            }},
+            "sets": {"type": "list", "elements": "dict", "options": SET_OPTIONS},
             "missing": {"type": "str", "choices": ["fail", "warn"], "default": "fail"},
             "field_manager": {"type": "str", "default": "gpuops-nvidia"},
             **AUTH_ARGS,
@@ -190,44 +144,20 @@ def main() -> None:
     )
     p = module.params
     sets = p["sets"] if p["sets"] is not None else [{"labels": p["labels"], "keep_existing": p["keep_existing"]}]
-    for index, one in enumerate(sets):
-        bad = [n for n, v in (one["labels"] or {}).items() if v is not None and not isinstance(v, dict)]
-        if bad:
-            where = "labels" if p["sets"] is None else f"sets[{index}].labels"
-            module.fail_json(msg=f"{where}: the value for node(s) {bad} must be a mapping of label to value")
+    errors = set_errors(sets, "sets" if p["sets"] is not None else None)
+    if errors:
+        module.fail_json(msg="; ".join(errors))
     # Plain JSON, the Nodes' metadata only: the client's typed API and models took half a second to import, and
     # a thousand Nodes' full objects to read.
-    api = JsonApi(connect(module))
     try:
-        listed = api.list_metadata("/api/v1/nodes")
-    except Exception as exc:  # an API error, an unreachable server
-        module.fail_json(msg=f"listing the Nodes failed: {api_error(exc)}")
+        result = label(JsonApi(connect(module)), sets, p["field_manager"], p["missing"], module.check_mode, module._diff)
+    except LabelError as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
         raise  # not reached: fail_json exits
-    current = {str(meta.get("name")): dict(meta.get("labels") or {}) for meta in listed}
-    named = {n for one in sets for n in (one["labels"] or {})}
-    missing = sorted(n for n in named if n not in current)
-    if missing and p["missing"] == "fail":
-        module.fail_json(msg=f"{len(missing)} node(s) are not in the cluster: {', '.join(missing[:20])}"
-                             f"{' ...' if len(missing) > 20 else ''}; each host's Node must carry its name "
-                             "(gpuops_cluster_node_name sets another)", missing_nodes=missing)
-    if missing:
-        module.warn(f"node(s) not in the cluster, not labelled: {', '.join(missing[:20])}")
-    patches, changed = plan_sets(current, sets)
-    result: dict[str, Any] = {"changed": bool(patches), "changed_nodes": sorted(patches), "missing_nodes": missing}
-    if p["sets"] is not None:
-        result["sets"] = [{"name": one["name"], "changed_nodes": changed[index]} for index, one in enumerate(sets)]
-    if module._diff and patches:
-        result["diff"] = {
-            "before": {n: {k: current[n].get(k) for k in patch} for n, patch in sorted(patches.items())},
-            "after": dict(sorted(patches.items())),
-        }
-    if not module.check_mode:
-        failed = in_parallel(lambda node: api.call("PATCH", f"/api/v1/nodes/{node}", query=[("fieldManager", p["field_manager"])],
-                                                   body={"metadata": {"labels": patches[node]}},
-                                                   content_type=STRATEGIC_MERGE), sorted(patches))
-        if failed:
-            node = sorted(failed)[0]
-            module.fail_json(msg=f"labelling {len(failed)} node(s) failed, {node} first: {api_error(failed[node])}", **result)
+    if result["missing_nodes"]:
+        module.warn(f"node(s) not in the cluster, not labelled: {', '.join(result['missing_nodes'][:20])}")
+    if p["sets"] is None:
+        del result["sets"]
     module.exit_json(**result)
 
 

@@ -45,6 +45,7 @@ class FakeServer:
         self.lock = threading.Lock()
         self.refuse: dict[str, ApiException] = {}
         self.crd_served_after = 0  # discovery reads of the CRD's group before it is served
+        self.nodes: dict[str, dict] = {"n1": {"a": "1"}, "n2": {}}
 
     def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
         query = dict(query_params)
@@ -52,6 +53,14 @@ class FakeServer:
             self.calls.append((method, path, query))
         if path in self.refuse:
             raise self.refuse[path]
+        if path == "/api/v1/nodes":
+            return Response({"items": [{"metadata": {"name": n, "labels": labels}} for n, labels in self.nodes.items()], "metadata": {}})
+        if path.startswith("/api/v1/nodes/"):
+            assert method == "PATCH" and header_params["Content-Type"] == "application/strategic-merge-patch+json"
+            labels = self.nodes[path.rsplit("/", 1)[1]]
+            for key, value in json.loads(body)["metadata"]["labels"].items() if isinstance(body, str) else body["metadata"]["labels"].items():
+                labels.pop(key, None) if value is None else labels.__setitem__(key, value)
+            return Response({})
         if path in self.discovery:
             return Response({"resources": self.discovery[path]})
         if path == "/apis/example.com/v1":
@@ -166,6 +175,37 @@ def test_objects_without_a_kind_or_a_name_are_refused_before_any_call(server):
     assert out["failed"] and out["msg"] == ("objects: objects[1] (ConfigMap): metadata.name missing; "
                                             "objects[2] (no kind): apiVersion, kind missing")
     assert server.calls == []
+
+
+def test_labels_go_on_before_the_first_object_in_the_same_run(server):
+    sets = [{"name": "deploy", "labels": {"n1": {"a": "1"}, "n2": {"a": "2"}}},
+            {"name": "mig", "labels": {"n1": {"m": "x"}, "n2": {"m": "y"}}, "keep_existing": ["m"]}]
+    server.nodes["n1"]["m"] = "kept"
+    out = call(cluster_apply.main, {"label_sets": sets, "objects": [NS, DS], "_ansible_diff": True})
+    assert not out.get("failed"), out
+    assert out["changed"] and out["labelled"] == {
+        "changed_nodes": ["n2"], "sets": [{"name": "deploy", "changed_nodes": ["n2"]}, {"name": "mig", "changed_nodes": ["n2"]}]}
+    assert [c[1] for c in server.calls if c[0] == "PATCH"][0] == "/api/v1/nodes/n2"
+    assert server.nodes == {"n1": {"a": "1", "m": "kept"}, "n2": {"a": "2", "m": "y"}}
+    assert out["diff"][0] == {"before_header": "Node labels", "after_header": "Node labels",
+                              "before": {"n2": {"a": None, "m": None}}, "after": {"n2": {"a": "2", "m": "y"}}}
+    again = call(cluster_apply.main, {"label_sets": sets, "objects": [NS, DS]})
+    assert not again["changed"] and again["labelled"]["changed_nodes"] == []
+
+
+def test_labels_alone_and_in_check_mode_patch_nothing(server):
+    out = call(cluster_apply.main, {"label_sets": [{"labels": {"n2": {"a": "2"}}}], "_ansible_check_mode": True})
+    assert out["changed"] and out["labelled"]["changed_nodes"] == ["n2"] and out["results"] == []
+    assert server.nodes["n2"] == {} and not server.patched()
+
+
+def test_a_node_not_in_the_cluster_fails_before_anything_is_labelled_or_applied(server):
+    out = call(cluster_apply.main, {"label_sets": [{"labels": {"n2": {"a": "2"}, "n9": {"a": "2"}}}], "objects": [NS]})
+    assert out["failed"] and out["msg"].startswith("1 node(s) are not in the cluster: n9;")
+    assert not [c for c in server.calls if c[0] == "PATCH"]
+    bad = call(cluster_apply.main, {"label_sets": [{"labels": {"n2": "true"}}]})
+    assert bad["failed"] and bad["msg"] == "label_sets[0].labels: the value for node(s) ['n2'] must be a mapping of label to value"
+    assert not [c for c in server.calls if c[0] == "PATCH"]
 
 
 def test_namespaces_and_crds_go_first_in_their_order_the_rest_after():

@@ -4,8 +4,8 @@ calls to the API server (a fake answering as the client's call_api does)."""
 from __future__ import annotations
 
 import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import plan, plan_sets
 from ansible_collections.gpuops.nvidia.plugins.modules import node_labels
-from ansible_collections.gpuops.nvidia.plugins.modules.node_labels import plan, plan_sets
 
 from tests.unit.cluster.api_fakes import ApiException, Response
 from tests.unit.harness import call

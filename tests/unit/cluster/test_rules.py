@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models
-from ansible_collections.gpuops.nvidia.plugins.modules.node_labels import plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import plan
 
 from .test_facts import A30_PROFILES, A100, CPU, L40S, gpu, info
 
