@@ -185,7 +185,7 @@ def test_labels_go_on_before_the_first_object_in_the_same_run(server):
     assert not out.get("failed"), out
     assert out["changed"] and out["labelled"] == {
         "changed_nodes": ["n2"], "sets": [{"name": "deploy", "changed_nodes": ["n2"]}, {"name": "mig", "changed_nodes": ["n2"]}]}
-    assert [c[1] for c in server.calls if c[0] == "PATCH"][0] == "/api/v1/nodes/n2"
+    assert next(c[1] for c in server.calls if c[0] == "PATCH") == "/api/v1/nodes/n2"
     assert server.nodes == {"n1": {"a": "1", "m": "kept"}, "n2": {"a": "2", "m": "y"}}
     assert out["diff"][0] == {"before_header": "Node labels", "after_header": "Node labels",
                               "before": {"n2": {"a": None, "m": None}}, "after": {"n2": {"a": "2", "m": "y"}}}
