@@ -274,12 +274,11 @@ def main() -> None:
     if errors:
         module.fail_json(msg="; ".join(errors))
     api = JsonApi(connect(module))
-    labelled: dict[str, Any] = {"changed": False, "changed_nodes": [], "sets": []}
-    if sets:
-        try:
-            labelled = label(api, sets, module.params["field_manager"], "fail", module.check_mode, module._diff)
-        except LabelError as exc:
-            module.fail_json(msg=exc.msg, labelled=exc.result)
+    try:
+        labelled = label(api, sets, module.params["field_manager"], "fail", module.check_mode, module._diff)
+    except LabelError as exc:
+        module.fail_json(msg=exc.msg, labelled=exc.result)
+        raise  # not reached: fail_json exits
     applier = Applier(api, objects, module.params, module.check_mode)
     out: dict[str, Any] = {"labelled": {key: labelled[key] for key in ("changed_nodes", "sets")}}
     try:

@@ -76,7 +76,11 @@ def set_errors(sets: list[dict], option: str | None) -> list[str]:
 def label(api: JsonApi, sets: list[dict], field_manager: str, missing: str, check_mode: bool, diff: bool) -> dict[str, Any]:
     """Lists the Nodes once and patches each Node the sets change (not in check mode). The result: changed,
     changed_nodes, missing_nodes, sets (each set's name and changed Nodes, in order) and, with diff, the labels
-    before and after. Raises LabelError for a Node not in the cluster (with missing fail) or a failed call."""
+    before and after. Raises LabelError for a Node not in the cluster (with missing fail) or a failed call. Sets that
+    name no Node (none at all, no MIG-capable node, no sharing config) need no list of the Nodes, and make no call."""
+    if not any(one["labels"] for one in sets):
+        return {"changed": False, "changed_nodes": [], "missing_nodes": [],
+                "sets": [{"name": one.get("name"), "changed_nodes": []} for one in sets]}
     try:
         listed = api.list_metadata("/api/v1/nodes")
     except Exception as exc:  # an API error, an unreachable server

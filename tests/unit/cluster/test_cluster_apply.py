@@ -213,3 +213,10 @@ def test_namespaces_and_crds_go_first_in_their_order_the_rest_after():
     assert apply.describe(DS) == "DaemonSet gpu-operator/plugin" and apply.describe(RC) == "RuntimeClass nvidia"
     assert not apply.changed({**RC, "status": {"x": 1}, "metadata": {"name": "nvidia", "resourceVersion": "9"}}, RC)
     assert apply.changed(None, RC) and apply.changed(RC, {**RC, "handler": "other"})
+
+
+def test_sets_that_name_no_node_list_no_nodes(server):
+    out = call(cluster_apply.main, {"label_sets": [{"name": "mig", "labels": {}}], "objects": [NS]})
+    assert not out.get("failed"), out
+    assert out["labelled"] == {"changed_nodes": [], "sets": [{"name": "mig", "changed_nodes": []}]}
+    assert not [c for c in server.calls if c[1] == "/api/v1/nodes"]
