@@ -578,3 +578,22 @@ def test_a_mig_change_where_no_mig_manager_runs_is_named():
     result = validate(cluster, {"a100": {"nvidia.com/mig-1g.10gb": 14}}, SETTINGS, clock, mig_configs={"a100": "all-1g.10gb"})
     assert "a100: nvidia.com/mig.config is all-1g.10gb but no MIG manager runs there (nvidia.com/gpu.deploy.mig-manager=false)" \
         in result.msg
+
+
+class TickingClock(Clock):
+    """Every reading is 30 ms after the one before, as on a busy controller."""
+
+    def now(self) -> float:
+        with self.lock:
+            self.t += 0.03
+            return self.t
+
+
+def test_the_timings_are_rounded_apart_so_no_time_reads_negative():
+    """The smoke tests' time was the whole time less the rounded wait: -0.0s on a busy lab run with nothing to test."""
+    clock = TickingClock()
+    cluster = FakeCluster(clock, {"h100": {"nvidia.com/gpu": 8}})
+    settings = Settings(namespace="gpu-operator", timeout=300, smoke_nodes=[])
+    result = validate(cluster, {"h100": {"nvidia.com/gpu": 8}}, settings, clock)
+    assert result.msg == ""
+    assert [f"{result.timings[k]}" for k in ("allocatable_s", "smoke_test_s")] == ["0.1", "0.0"]
