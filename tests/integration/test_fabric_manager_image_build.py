@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,9 +26,8 @@ from tests.integration.test_lab_machines import REPO
 from tests.integration.test_toolkit_image_build import processes_in
 
 BIN = Path(sys.executable).parent
-# The version of branch 580 in Ubuntu 24.04's updates pocket when this test was written; the plan finds the
-# archive's exact package version for it. A newer upload replaces it in the archive: then change it here.
-VERSION = "580.178.04"
+# Fabric Manager 550 of Ubuntu 24.04's release pocket, which never changes (the default scenario plants it too).
+OTHER_VERSION = "550.54.15"
 PLAYBOOK = """
 - name: Build the fabric manager into an image
   hosts: all
@@ -52,19 +52,25 @@ def image(tmp_path_factory):
     subprocess.run(["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", "python3-apt"],
                    check=True, env=env, capture_output=True)
     (base / "site.yml").write_text(PLAYBOOK)
-    yield root, base
+    # The driver version the image is built for: branch 580's in the archive today (an upload replaces the one before,
+    # so it is read, not written here); the plan must find the exact package version for it.
+    policy = subprocess.run(["chroot", str(root), "apt-cache", "policy", "nvidia-fabricmanager-580"],
+                            check=True, env=env, capture_output=True, text=True).stdout
+    candidate = re.search(r"Candidate: (\d+\.\d+\.\d+)-", policy)
+    assert candidate, policy
+    yield root, base, candidate.group(1)
     mounts = Path("/proc/self/mounts").read_text()
     assert f" {root}/" not in mounts, f"something is still mounted under {root}"
     shutil.rmtree(root)
 
 
-def run_role(root: Path, base: Path, *extra: str) -> dict:
+def run_role(root: Path, base: Path, version: str, *extra: str, fail: bool = False) -> dict:
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
     res = subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", f"{root},", "-c", "community.general.chroot",
          "-e", "ansible_python_interpreter=/usr/bin/python3",
          "-e", "gpuops_fabric_manager_mode=fabricmanager",
-         "-e", f"gpuops_fabric_manager_driver_version={VERSION}",
+         "-e", f"gpuops_fabric_manager_driver_version={version}",
          "-e", '{"gpuops_fabric_manager_config": {"FABRIC_MODE": 1}}',
          # The image's nodes: ConnectX NICs, open modules, the kernel the image will boot.
          "-e", "gpuops_rdma_nics=present", "-e", "gpuops_driver_kernel_module_type=open",
@@ -75,6 +81,9 @@ def run_role(root: Path, base: Path, *extra: str) -> dict:
     out = json.loads(res.stdout) if res.stdout.startswith("{") else {}
     failed = [(t["task"]["name"], t["hosts"][str(root)].get("msg")) for play in out.get("plays", []) for t in play["tasks"]
               if t["hosts"].get(str(root), {}).get("failed")]
+    if fail:
+        assert res.returncode != 0 and failed, res.stdout[-3000:] + res.stderr[-2000:]
+        return {"failed": failed}
     assert res.returncode == 0, failed or (res.stdout[-3000:] + res.stderr[-2000:])
     tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"][str(root)] for play in out["plays"] for t in play["tasks"]}
     return {"tasks": tasks, "stats": out["stats"][str(root)]}
@@ -88,9 +97,9 @@ def dpkg(root: Path) -> dict[str, str]:
 
 def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(image):
     """Fabric Manager pinned, held, enabled and configured; the RDMA stack installed; nothing started or loaded."""
-    root, base = image
+    root, base, version = image
     before = dpkg(root)
-    check = run_role(root, base, "--check")
+    check = run_role(root, base, version, "--check")
     assert check["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"][
         "plan"]["install"] is True
     assert dpkg(root) == before, "check mode installed something"
@@ -98,12 +107,12 @@ def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(ima
     rdma = check["tasks"]["Plan the RDMA stack and the GPUDirect path (refuses what cannot work, before any change)"]["plan"]
     assert (rdma["path"], rdma["stack"], rdma["install"]) == ("dmabuf", "inbox", ["rdma-core", "ibverbs-utils"]), rdma
 
-    first = run_role(root, base)
+    first = run_role(root, base, version)
     plan = first["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"]
     assert plan["start"] is False and "image build" in plan["start_reason"]
     packages = dpkg(root)
     for name in ("nvidia-fabricmanager-580", "libnvidia-nscq-580"):
-        assert packages[name].startswith("hi ") and packages[name].split()[-1].startswith(VERSION + "-"), packages[name]
+        assert packages[name].startswith("hi ") and packages[name].split()[-1].startswith(version + "-"), packages[name]
     assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service").is_symlink()
     cfg = (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text()
     # Changed in place: the one line, the package's comments and other settings kept.
@@ -118,5 +127,33 @@ def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(ima
     actions = [action for unit in service["units"] for action in unit["actions"]]
     assert not {"start", "restart", "stop"} & set(actions), f"systemd was asked to {actions} in the image"
 
-    second = run_role(root, base)
+    second = run_role(root, base, version)
     assert second["stats"]["changed"] == 0
+
+
+def test_a_change_waits_for_dpkg_before_it_releases_a_hold(image):
+    """While another package run holds dpkg's lock, a change to another version stops before it touches the holds.
+
+    It releases the holds of the packages it replaces only after the wait for dpkg's lock: released first, they
+    would fail on dpkg's own lock error, or be left released by a run that then stops at the wait. Runs on the
+    image the test above built (580 held).
+    """
+    root, base, version = image
+    before = dpkg(root)
+    assert before.get("nvidia-fabricmanager-580", "").startswith("hi "), "the test above did not leave 580 held"
+    # A process of ours holds dpkg's frontend lock as apt does (a POSIX lock on the file), until it is stopped.
+    holder = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-c", "import fcntl, sys, time\n"
+         "f = open(sys.argv[1], 'w')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(900)",
+         str(root / "var/lib/dpkg/lock-frontend")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        refused = run_role(root, base, OTHER_VERSION, "-e", "gpuops_fabric_manager_lock_wait=0", fail=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [name.split(" : ")[-1] for name, _ in refused["failed"]] == ["Stop while another package run still holds dpkg's lock"], refused
+    msg = refused["failed"][0][1]
+    assert "gpuops_fabric_manager_lock_wait (seconds, now 0)" in msg, msg
+    assert dpkg(root) == before, "the refused run changed the packages or their holds"
+    assert not (root / "usr/sbin/policy-rc.d").exists(), "the refused run left its policy-rc.d"
