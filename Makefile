@@ -148,7 +148,7 @@ sanity-run: $(SANITY_VENV)/.installed
 	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
 
 lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
-	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=10 tests/integration
+	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=30 tests/integration
 
 # Each scenario's output is also kept in .build/molecule-NAME.log, where `lab time failures` reads it.
 molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)
@@ -156,7 +156,7 @@ molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at
 	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s 2>&1 | tee .build/molecule-$$s.log; done
 
 test: ## everything CI runs, then the timing table (budget: 40 min warm)
-	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 40 || true; exit $$rc
 
@@ -198,7 +198,7 @@ side-by-side: venv lab-deps collection
 	  echo "==== lab-test (ran beside the molecule scenarios): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
 
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
-	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && date +%s.%N > $(TIMING_BEGIN)
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-fast-steps MOLECULE_SCENARIOS="$(FAST_SCENARIO)" || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 15 || true; exit $$rc
 

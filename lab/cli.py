@@ -230,6 +230,13 @@ def cmd_time_report(args: argparse.Namespace) -> int:
     begin = timing.read_begin(Path(args.begin_file) if args.begin_file else None)
     budget = args.budget_min * 60 if args.budget_min is not None else None
     print(timing.format_table(timing.read_log(Path(args.log)), begin, time.time(), budget))
+    try:
+        now = timing.cpu_lines(Path("/proc/stat").read_text(encoding="utf-8"))
+    except OSError:
+        now = []
+    cpu = timing.format_cpu(timing.read_begin_cpu(Path(args.begin_file) if args.begin_file else None), now)
+    if cpu:
+        print(cpu)
     return 0
 
 

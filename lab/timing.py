@@ -80,13 +80,61 @@ def format_table(rows: list[Row], begin: float | None, end: float, budget_s: int
 
 
 def read_begin(path: Path | None) -> float | None:
-    """The epoch float in path (written when `make test` starts), or None when absent or unreadable."""
+    """The epoch float on path's first line (written when `make test` starts), or None when absent or unreadable."""
     if path is None:
         return None
     try:
-        return float(path.read_text(encoding="utf-8").strip())
+        return float((path.read_text(encoding="utf-8").splitlines() or [""])[0].strip())
     except (OSError, ValueError):
         return None
+
+
+# -- how busy the machine was --------------------------------------------------------------------------
+# On a 2-core machine the lanes of `make test` share the cores: a run that takes longer on a slower machine is either
+# short of CPU (both cores busy all along: only less work helps) or waiting (on the network, on the disk, on a sleep).
+# The begin file keeps /proc/stat's cpu lines after the start time; the report compares them with the lines at its
+# end. Fields of a cpu line: user nice system idle iowait irq softirq steal (guest time is inside user already).
+def cpu_lines(text: str) -> list[str]:
+    """The `cpu` lines of a /proc/stat text (the total first, then one per core)."""
+    return [line for line in text.splitlines() if re.match(r"^cpu\d* ", line)]
+
+
+def _jiffies(line: str) -> tuple[int, int, int]:
+    """busy, iowait and all jiffies of one cpu line."""
+    fields = [int(f) for f in line.split()[1:9]] + [0] * 8
+    user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+    busy = user + nice + system + irq + softirq + steal
+    return busy, iowait, busy + idle + iowait
+
+
+def format_cpu(before: list[str], after: list[str]) -> str | None:
+    """How busy the cores were between two readings of /proc/stat's cpu lines, or None where they cannot be compared."""
+    if not before or not after or not before[0].startswith("cpu ") or not after[0].startswith("cpu "):
+        return None
+    try:
+        b_busy, b_wait, b_all = _jiffies(before[0])
+        a_busy, a_wait, a_all = _jiffies(after[0])
+    except ValueError:
+        return None
+    total = a_all - b_all
+    if total <= 0:
+        return None
+    cores = max(len(after) - 1, 1)
+    busy = (a_busy - b_busy) / total
+    wait = (a_wait - b_wait) / total
+    verdict = ("short of CPU: only less work makes it faster on this machine" if busy >= 0.9
+               else "the rest of the time it waited (network, disk, sleeps)")
+    return f"cpu: {busy * cores:.1f} of {cores} core(s) busy on average ({busy:.0%}), {wait:.0%} waiting on I/O; {verdict}"
+
+
+def read_begin_cpu(path: Path | None) -> list[str]:
+    """The cpu lines kept in the begin file after its start time; none where absent."""
+    if path is None:
+        return []
+    try:
+        return cpu_lines(path.read_text(encoding="utf-8"))
+    except OSError:
+        return []
 
 
 # -- why a step failed -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab import cli, timing
-from lab.timing import Row, format_table, read_begin, read_log, run_timed
+from lab.timing import Row, cpu_lines, format_cpu, format_table, read_begin, read_begin_cpu, read_log, run_timed
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -57,6 +57,36 @@ def test_read_begin(tmp_path: Path) -> None:
     assert read_begin(begin) == 1700000000.25
     begin.write_text("yesterday")
     assert read_begin(begin) is None
+    # The start time and /proc/stat's cpu lines, as `make test` writes them.
+    begin.write_text("1700000000.25\n" + STAT_BEGIN)
+    assert read_begin(begin) == 1700000000.25
+    assert read_begin_cpu(begin) == STAT_BEGIN.splitlines()[:3]
+    assert read_begin_cpu(tmp_path / "nope") == [] and read_begin_cpu(None) == []
+
+
+# /proc/stat of a 2-core machine (user nice system idle iowait irq softirq steal guest guest_nice), and 100 s later:
+# 380 of the 400 jiffies busy, 8 waiting on I/O, 12 idle.
+STAT_BEGIN = ("cpu  1000 10 300 5000 50 5 5 0 0 0\ncpu0 500 5 150 2500 25 3 2 0 0 0\ncpu1 500 5 150 2500 25 2 3 0 0 0\n"
+              "intr 123 4 5\nctxt 999\n")
+STAT_BUSY = "cpu  1300 10 380 5012 58 5 5 0 0 0\ncpu0 650 5 185 2506 29 3 2 0 0 0\ncpu1 650 5 185 2506 29 2 3 0 0 0\n"
+
+
+def test_cpu_line_busy_machine() -> None:
+    line = format_cpu(cpu_lines(STAT_BEGIN), cpu_lines(STAT_BUSY))
+    assert line == ("cpu: 1.9 of 2 core(s) busy on average (95%), 2% waiting on I/O; "
+                    "short of CPU: only less work makes it faster on this machine")
+
+
+def test_cpu_line_waiting_machine() -> None:
+    idle = "cpu  1100 10 320 5280 50 5 5 0 0 0\ncpu0 550 5 160 2635 25 3 2 0 0 0\ncpu1 550 5 160 2635 25 2 3 0 0 0\n"
+    line = format_cpu(cpu_lines(STAT_BEGIN), cpu_lines(idle))
+    assert line is not None and line.startswith("cpu: 0.6 of 2 core(s) busy on average (30%), 0% waiting on I/O; the rest")
+
+
+def test_cpu_line_not_comparable() -> None:
+    assert format_cpu([], cpu_lines(STAT_BUSY)) is None
+    assert format_cpu(cpu_lines(STAT_BUSY), cpu_lines(STAT_BEGIN)) is None  # the counters went back (another boot)
+    assert format_cpu(["cpu  x y"], cpu_lines(STAT_BUSY)) is None
 
 
 ROWS = [Row("unit", 1062.0, 41.0, 0), Row("molecule/hardware", 1110.0, 417.4, 0), Row("molecule/runtime", 1530.0, 30.0, 2)]
