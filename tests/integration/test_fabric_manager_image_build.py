@@ -138,7 +138,7 @@ def test_a_change_waits_for_dpkg_before_it_releases_a_hold(image):
     would fail on dpkg's own lock error, or be left released by a run that then stops at the wait. Runs on the
     image the test above built (580 held).
     """
-    root, base, version = image
+    root, base, _version = image
     before = dpkg(root)
     assert before.get("nvidia-fabricmanager-580", "").startswith("hi "), "the test above did not leave 580 held"
     # A process of ours holds dpkg's frontend lock as apt does (a POSIX lock on the file), until it is stopped.
