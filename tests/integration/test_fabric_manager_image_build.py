@@ -152,7 +152,7 @@ def test_a_change_waits_for_dpkg_before_it_releases_a_hold(image):
     finally:
         holder.kill()
         holder.wait()
-    assert [name.split(" : ")[-1] for name, _ in refused["failed"]] == ["Stop while another package run still holds dpkg's lock"], refused
+    assert [name.split(" : ")[-1] for name, _msg in refused["failed"]] == ["Stop while another package run still holds dpkg's lock"], refused
     msg = refused["failed"][0][1]
     assert "gpuops_fabric_manager_lock_wait (seconds, now 0)" in msg, msg
     assert dpkg(root) == before, "the refused run changed the packages or their holds"
