@@ -257,12 +257,19 @@ def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str
     return out
 
 
-def cluster_cdi(nodes: dict, setting: Any) -> bool:
-    """Whether the components use CDI: `true`, or `auto` and every GPU host reports its toolkit's CDI spec."""
+def cluster_cdi(nodes: dict, setting: Any, deployed: Any = None) -> bool:
+    """Whether the components use CDI: `true`, or `auto` and every GPU host reports its toolkit's CDI spec; a host
+    whose report is not known counts as the deployed DaemonSets (the collection's, as read) run it."""
     value = str(setting).lower()
     if value in ("true", "false"):
         return value == "true"
-    return bool(nodes) and all(bool(row.get("gpuops_container_toolkit_cdi")) for row in nodes.values())
+    return cluster.cdi_on([row.get("gpuops_container_toolkit_cdi") for row in nodes.values()], cluster.deployed_cdi(deployed))
+
+
+def runtime_class_handler(nodes: dict, setting: Any, existing: Any = None) -> str:
+    """The RuntimeClass's handler: the setting, a GPU host's toolkit's, or (none known) the RuntimeClass's as read."""
+    reported = [row.get("gpuops_container_toolkit_runtime_handler") for row in nodes.values()]
+    return cluster.runtime_handler(str(setting or ""), reported, existing)
 
 
 def mig_config_labels(nodes: dict, default: str, explicit: bool, key: str = "gpuops_mig_manager_config") -> dict:
@@ -387,6 +394,7 @@ class FilterModule:
             "device_plugin_data": device_plugin_data,
             "device_plugin_labels": device_plugin_labels,
             "cluster_cdi": cluster_cdi,
+            "runtime_class_handler": runtime_class_handler,
             "mig_config_labels": mig_config_labels,
             "mig_configs_set": mig_configs_set,
             "mig_applied": mig_applied,

@@ -435,6 +435,39 @@ def test_a_run_killed_in_the_middle_of_its_apply_is_finished_by_the_next(lab_clu
     assert {h: r["changed"] for h, r in recap(again.stdout).items()} == dict.fromkeys(recap(again.stdout), 0), again.stdout[-3000:]
 
 
+def _cdi_env(kubeconfig: Path) -> dict[str, bool]:
+    out = {}
+    for name in ("nvidia-device-plugin-daemonset", "nvidia-mig-manager"):
+        env = get(kubeconfig, "daemonset", "-n", NS, name)["spec"]["template"]["spec"]["containers"][0]["env"]
+        out[name] = {"name": "CDI_ENABLED", "value": "true"} in env
+    return out
+
+
+def test_a_run_that_knows_no_hosts_toolkit_keeps_the_cdi_mode_and_handler_deployed(lab_cluster):
+    """cluster.yml on its own (AWX, a day-2 run, no fact cache) reads the hosts' GPUs again but nothing of their
+    toolkit, whose facts a site.yml run set. It took that for "no CDI, handler nvidia": it rolled the device plugin
+    and the MIG manager on every node, the next site.yml rolled them back, and a RuntimeClass made with another handler
+    (which cannot change in place) failed the apply."""
+    kubeconfig, inventory = lab_cluster
+    kubectl(kubeconfig, "delete", "runtimeclass", "nvidia")
+    site = {"gpuops_container_toolkit_cdi": True, "gpuops_container_toolkit_runtime_handler": "nvidia-cdi", "gpuops_cluster_validate": False}
+    res = playbook(inventory, extra=site)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert _cdi_env(kubeconfig) == {"nvidia-device-plugin-daemonset": True, "nvidia-mig-manager": True}
+    assert get(kubeconfig, "runtimeclass", "nvidia")["handler"] == "nvidia-cdi"
+    alone = playbook(inventory, extra={"gpuops_cluster_validate": False})
+    assert alone.returncode == 0, alone.stdout[-3000:]
+    assert recap(alone.stdout)["localhost"]["changed"] == 0, alone.stdout[-3000:]
+    assert _cdi_env(kubeconfig) == {"nvidia-device-plugin-daemonset": True, "nvidia-mig-manager": True}
+    assert get(kubeconfig, "runtimeclass", "nvidia")["handler"] == "nvidia-cdi"
+    # Hosts known without CDI turn it off; the RuntimeClass back as the other tests found it.
+    kubectl(kubeconfig, "delete", "runtimeclass", "nvidia")
+    back = playbook(inventory, extra={"gpuops_container_toolkit_cdi": False, "gpuops_container_toolkit_runtime_handler": "nvidia"})
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert _cdi_env(kubeconfig) == {"nvidia-device-plugin-daemonset": False, "nvidia-mig-manager": False}
+    assert get(kubeconfig, "runtimeclass", "nvidia")["handler"] == "nvidia"
+
+
 def test_a_mig_config_set_on_the_node_is_kept_unless_the_inventory_names_one(lab_cluster):
     # r-h100's host names no MIG config (the default applies where the label is absent); r-a100's names its
     # own. The lab's MIG manager applies both changes made by hand; this run is not validated: the lab's

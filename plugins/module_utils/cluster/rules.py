@@ -55,6 +55,53 @@ def gpudirect(info: Mapping[str, Any], rdma: object) -> dict[str, bool]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# What the GPU hosts' toolkit reports, and what the cluster runs while a host's report is not known
+# ---------------------------------------------------------------------------------------------------
+
+# The DaemonSets whose pod spec follows the CDI choice (CDI_ENABLED), by the names the GPU Operator gives them.
+CDI_DAEMONSETS = ("nvidia-device-plugin-daemonset", "nvidia-mig-manager")
+
+
+def deployed_cdi(daemonsets: object) -> bool | None:
+    """Whether the device plugin or MIG manager the cluster runs has CDI on; None where neither is deployed."""
+    found = None
+    for ds in daemonsets if isinstance(daemonsets, list) else []:
+        if not isinstance(ds, Mapping) or (ds.get("metadata") or {}).get("name") not in CDI_DAEMONSETS:
+            continue
+        containers = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+        env = [e for c in containers if isinstance(c, Mapping) for e in c.get("env") or [] if isinstance(e, Mapping)]
+        on = any(e.get("name") == "CDI_ENABLED" and str(e.get("value")).lower() == "true" for e in env)
+        found = on or bool(found)
+    return found
+
+
+def cdi_on(reported: list[object], deployed: bool | None) -> bool:
+    """`auto`: CDI on when every GPU host's toolkit reports it. A host whose report is not known in this run (None:
+    cluster.yml on its own, its toolkit facts neither set in the run nor in a fact cache) counts as the cluster runs
+    it now, so that such a run does not roll the DaemonSets that a site.yml run set; with nothing deployed it does
+    not count. No GPU host at all: off."""
+    votes = [bool(r) for r in reported if r is not None]
+    if len(votes) < len(reported) and deployed is not None:
+        votes.append(deployed)
+    return bool(votes) and all(votes)
+
+
+def runtime_handler(setting: str, reported: list[object], existing: object) -> str:
+    """The RuntimeClass's handler: the setting; else the first a GPU host's toolkit reports; else, while no host's
+    report is known in this run, the handler of the RuntimeClass that is there (a handler cannot be changed in
+    place); else nvidia, the toolkit's default runtime name."""
+    if setting:
+        return setting
+    known = [str(r) for r in reported if r]
+    if known:
+        return known[0]
+    for obj in existing if isinstance(existing, list) else []:
+        if isinstance(obj, Mapping) and obj.get("handler"):
+            return str(obj["handler"])
+    return "nvidia"
+
+
+# ---------------------------------------------------------------------------------------------------
 # Node labels
 # ---------------------------------------------------------------------------------------------------
 

@@ -113,6 +113,53 @@ def test_cdi_is_on_when_asked_or_when_every_gpu_host_reports_it(hostvars, settin
     assert cluster_cdi({}, "auto") is False
 
 
+def _daemonset(name: str, env: list[dict]) -> dict:
+    return {"kind": "DaemonSet", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"containers": [{"name": "x", "env": env}]}}}}
+
+
+ON = [_daemonset("nvidia-device-plugin-daemonset", [{"name": "CDI_ENABLED", "value": "true"}]),
+      _daemonset("nvidia-mig-manager", [{"name": "CDI_ENABLED", "value": "true"}])]
+OFF = [_daemonset("nvidia-device-plugin-daemonset", [{"name": "MIG_STRATEGY", "value": "mixed"}])]
+
+
+# cluster.yml run on its own (AWX, or a day-2 run): the hosts' GPUs are read again, but nothing of their toolkit,
+# whose facts a site.yml run set. Taking "not reported" for "off" rolled the device plugin and the MIG manager on
+# every node, and the next site.yml rolled them back.
+@pytest.mark.parametrize(("cdi", "deployed", "expected"), [
+    ({"h100-a": None, "l40s": None}, ON, True),          # nothing known: what the cluster runs stays
+    ({"h100-a": None, "l40s": None}, OFF, False),
+    ({"h100-a": None, "l40s": None}, [], False),         # nothing known, nothing deployed: off
+    ({"h100-a": None, "l40s": None}, None, False),
+    ({"h100-a": True, "l40s": None}, ON, True),          # the unknown host votes with the cluster
+    ({"h100-a": True, "l40s": None}, OFF, False),
+    ({"h100-a": True, "l40s": None}, None, True),        # nothing deployed to vote: the known decide
+    ({"h100-a": False, "l40s": None}, ON, False),        # a host known without CDI turns it off
+    ({"h100-a": True, "l40s": True}, OFF, True),         # every host known: the hosts decide, not the cluster
+])
+def test_cdi_auto_counts_a_host_whose_toolkit_is_not_known_as_the_cluster_runs_it(hostvars, cdi, deployed, expected):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_cdi
+    hv = {h: {**hostvars[h], **({} if cdi[h] is None else {"gpuops_container_toolkit_cdi": cdi[h]})} for h in cdi}
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_cdi": None})
+    assert cluster_cdi(nodes, "auto", deployed) is expected
+    assert cluster_cdi(nodes, "false", ON) is False
+
+
+@pytest.mark.parametrize(("setting", "handlers", "existing", "expected"), [
+    ("", {"h100-a": "nvidia-cdi", "l40s": None}, "other", "nvidia-cdi"),   # a host that reports it names it
+    ("", {"h100-a": None, "l40s": None}, "nvidia-cdi", "nvidia-cdi"),      # none known: the RuntimeClass's stays
+    ("", {"h100-a": None, "l40s": None}, None, "nvidia"),                   # none known, none there: the default
+    ("mine", {"h100-a": "nvidia-cdi", "l40s": None}, "nvidia-cdi", "mine"),  # the setting wins
+])
+def test_the_runtimeclass_keeps_its_handler_while_no_host_reports_one(hostvars, setting, handlers, existing, expected):
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import runtime_class_handler
+    hv = {h: {**hostvars[h], **({} if handlers[h] is None else {"gpuops_container_toolkit_runtime_handler": handlers[h]})}
+          for h in handlers}
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_runtime_handler": ""})
+    found = [] if existing is None else [{"kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": existing}]
+    assert runtime_class_handler(nodes, setting, found) == expected
+
+
 def test_expected_resources_follow_the_mig_config_the_manager_applies(hostvars):
     from ansible_collections.gpuops.nvidia.plugins.filter.cluster import expected_allocatable
     nodes = cluster_nodes(["a100"], hostvars, KEYS)
