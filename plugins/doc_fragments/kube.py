@@ -82,4 +82,9 @@ options:
     elements: str
 requirements:
   - kubernetes (the Python client) on the host the module runs on
+notes:
+  - A kubeconfig with a server, a CA (or insecure-skip-tls-verify) and a client certificate or token, or O(host) with
+    O(api_key) or a client certificate, connects with Python's own HTTPS, without importing the kubernetes client
+    (which took seconds of every run). Everything else (exec and auth-provider users such as EKS's, user names and
+    passwords, proxies, tls-server-name, the in-cluster account) connects through the kubernetes client, as before.
 """

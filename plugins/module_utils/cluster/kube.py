@@ -13,22 +13,16 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import kube_http
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import WORKERS, in_parallel, selector_matches
 
-try:
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.client.exceptions import ApiException
-    HAS_KUBERNETES = True
-    KUBERNETES_IMPORT_ERROR = None
-except ImportError:
-    HAS_KUBERNETES = False
-    KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+# Imported only where a connection needs the client (kube_http says which): the import alone took 1 to 4 s of every
+# module run on a 2-core machine.
+k8s_client: Any = LazyModule("kubernetes.client")
+k8s_config: Any = LazyModule("kubernetes.config")
 
-    class ApiException(Exception):  # type: ignore[no-redef]
-        """Stands in while the kubernetes client is missing (connect() fails before any call): nothing raises it."""
-
-__all__ = ["AUTH_ARGS", "STRATEGIC_MERGE", "ApiException", "JsonApi", "api_client", "api_error", "api_status", "auth_settings",
+__all__ = ["AUTH_ARGS", "STRATEGIC_MERGE", "JsonApi", "api_client", "api_error", "api_status", "auth_settings",
            "connect", "in_parallel", "resource_path", "selector_matches", "self_sufficient"]
 
 # Lists of object metadata only (PartialObjectMetadataList), a page at a time.
@@ -161,12 +155,22 @@ def api_client(auth: dict[str, Any]) -> Any:
 
 
 def connect(module: Any) -> Any:
-    """The ApiClient for the module's connection options and K8S_AUTH_* variables; fails the module when it cannot have one."""
-    if not HAS_KUBERNETES:
-        from ansible.module_utils.basic import missing_required_lib
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    """The connection for the module's options and K8S_AUTH_* variables: plain HTTPS where kube_http can make it, else
+    the kubernetes client's ApiClient; fails the module when it cannot have one."""
+    auth = auth_settings(module.params, os.environ)
     try:
-        return api_client(auth_settings(module.params, os.environ))
+        conf = kube_http.settings(auth, os.environ, self_sufficient(auth))
+        if conf is not None:
+            return kube_http.HttpClient(conf)
+    except Exception as exc:  # a CA or client certificate ssl cannot read
+        module.fail_json(msg=f"cannot reach the cluster: {exc}")
+    try:
+        import kubernetes  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        from ansible.module_utils.basic import missing_required_lib
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=traceback.format_exc())
+    try:
+        return api_client(auth)
     except Exception as exc:  # a kubeconfig that cannot be read, no in-cluster account
         module.fail_json(msg=f"cannot reach the cluster: {exc}")
         raise  # not reached: fail_json exits
@@ -189,7 +193,8 @@ def api_error(exc: Exception) -> str:
 
 
 class JsonApi:
-    """Plain JSON calls through the configured client (its authentication, TLS and proxy settings)."""
+    """Plain JSON calls through the connection connect() made: kube_http's, or the kubernetes client's (its
+    authentication, TLS and proxy settings)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -200,6 +205,9 @@ class JsonApi:
         if body is not None:
             headers["Content-Type"] = content_type
         client = self.client
+        if isinstance(client, kube_http.HttpClient):
+            data = client.request(method, path, query, headers, body)
+            return json.loads(data) if data else {}
         if hasattr(client, "param_serialize"):  # the client generated since kubernetes 34
             request = client.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
                                              auth_settings=["BearerToken"])
