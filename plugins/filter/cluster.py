@@ -263,7 +263,10 @@ def cluster_cdi(nodes: dict, setting: Any, deployed: Any = None) -> bool:
     value = str(setting).lower()
     if value in ("true", "false"):
         return value == "true"
-    return cluster.cdi_on([row.get("gpuops_container_toolkit_cdi") for row in nodes.values()], cluster.deployed_cdi(deployed))
+    # A host whose runtime the collection leaves alone (gpuops_node_container_toolkit: false) has no CDI of ours.
+    reported = [False if str(row.get("gpuops_node_container_toolkit", True)).lower() in ("false", "no", "0", "off")
+                else row.get("gpuops_container_toolkit_cdi") for row in nodes.values()]
+    return cluster.cdi_on(reported, cluster.deployed_cdi(deployed))
 
 
 def runtime_class_handler(nodes: dict, setting: Any, existing: Any = None) -> str:

@@ -136,11 +136,15 @@ OFF = [_daemonset("nvidia-device-plugin-daemonset", [{"name": "MIG_STRATEGY", "v
     ({"h100-a": True, "l40s": None}, None, True),        # nothing deployed to vote: the known decide
     ({"h100-a": False, "l40s": None}, ON, False),        # a host known without CDI turns it off
     ({"h100-a": True, "l40s": True}, OFF, True),         # every host known: the hosts decide, not the cluster
+    # A host whose runtime the collection leaves alone (gpuops_node_container_toolkit: false) has no CDI of ours.
+    ({"h100-a": True, "l40s": "not ours"}, None, False),
+    ({"h100-a": True, "l40s": "not ours"}, ON, False),
 ])
 def test_cdi_auto_counts_a_host_whose_toolkit_is_not_known_as_the_cluster_runs_it(hostvars, cdi, deployed, expected):
     from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_cdi
-    hv = {h: {**hostvars[h], **({} if cdi[h] is None else {"gpuops_container_toolkit_cdi": cdi[h]})} for h in cdi}
-    nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_cdi": None})
+    hv = {h: {**hostvars[h], **({} if cdi[h] is None else {"gpuops_node_container_toolkit": "false"} if cdi[h] == "not ours"
+                                else {"gpuops_container_toolkit_cdi": cdi[h]})} for h in cdi}
+    nodes = cluster_nodes(list(hv), hv, {"gpuops_container_toolkit_cdi": None, "gpuops_node_container_toolkit": True})
     assert cluster_cdi(nodes, "auto", deployed) is expected
     assert cluster_cdi(nodes, "false", ON) is False
 
