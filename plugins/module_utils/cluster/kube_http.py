@@ -142,7 +142,7 @@ def settings(auth: dict[str, Any], environ: Mapping[str, str], self_sufficient: 
     if server.scheme not in ("http", "https") or not server.hostname:
         return None
     proxies = urllib.request.getproxies_environment()
-    if proxies.get(server.scheme) and not urllib.request.proxy_bypass_environment(server.hostname, proxies):
+    if proxies.get(server.scheme) and not urllib.request.proxy_bypass_environment(server.hostname, proxies):  # type: ignore[attr-defined]
         return None
     out["server"] = str(out["server"]).rstrip("/")
     headers = {}
@@ -199,10 +199,8 @@ class HttpClient:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             return conn, True
-        if self.https:
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.context)
-        else:
-            conn = http.client.HTTPConnection(self.host, self.port)
+        conn = (http.client.HTTPSConnection(self.host, self.port, context=self.context) if self.https
+                else http.client.HTTPConnection(self.host, self.port))
         self._local.conn = conn
         return conn, False
 

@@ -63,7 +63,8 @@ def test_data_fields_token_file_and_insecure(tmp_path):
 
 def test_the_context_named_and_the_options_given_win(tmp_path):
     path = write_config(tmp_path)
-    config = yaml.safe_load(open(path, encoding="utf-8"))
+    with open(path, encoding="utf-8") as fh:
+        config = yaml.safe_load(fh)
     config["clusters"].append({"name": "d", "cluster": {"server": "http://other:8080"}})
     config["contexts"].append({"name": "b", "context": {"cluster": "d", "user": "u"}})
     conf = settings(kubeconfig=config, context="b")
@@ -143,7 +144,7 @@ def api_server():
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):  # noqa: N802  (http.server's name)
+        def do_GET(self):  # http.server's name
             seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "thread": threading.get_ident()})
             if self.path.startswith("/api/v1/namespaces/missing"):
                 self._answer(404, {"kind": "Status", "message": 'namespaces "missing" not found', "code": 404})
@@ -153,7 +154,7 @@ def api_server():
                 closes["next"] = False
                 self.close_connection = True
 
-        def do_PATCH(self):  # noqa: N802
+        def do_PATCH(self):
             body = self.rfile.read(int(self.headers["Content-Length"]))
             seen.append({"path": self.path, "type": self.headers["Content-Type"], "body": json.loads(body)})
             self._answer(200, json.loads(body))
@@ -191,7 +192,7 @@ def test_json_calls_errors_and_a_closed_connection(api_server, tmp_path):
 
 
 def test_calls_in_parallel_each_on_a_connection_of_their_own(api_server, tmp_path):
-    url, seen, _closes = api_server
+    url, _seen, _closes = api_server
     api = kube.JsonApi(kube_http.HttpClient(settings(kubeconfig=write_config(tmp_path, {"server": url}))))
     found: dict[int, str] = {}
     errors = kube.in_parallel(lambda i: found.__setitem__(i, api.get("/api/v1/namespaces/gpu-operator")["kind"]), range(40))
