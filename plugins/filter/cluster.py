@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import LazyModule
 
 # Imported at first use (module_utils/_common/lazy.py says why): a task that calls one filter imports its module_utils only.
@@ -263,9 +264,10 @@ def cluster_cdi(nodes: dict, setting: Any, deployed: Any = None) -> bool:
     value = str(setting).lower()
     if value in ("true", "false"):
         return value == "true"
-    # A host whose runtime the collection leaves alone (gpuops_node_container_toolkit: false) has no CDI of ours.
-    reported = [False if str(row.get("gpuops_node_container_toolkit", True)).lower() in ("false", "no", "0", "off")
-                else row.get("gpuops_container_toolkit_cdi") for row in nodes.values()]
+    # A host whose runtime the collection leaves alone (gpuops_node_container_toolkit: false) has no CDI of ours; read
+    # as node.yml's `| bool` reads it, so both sides agree on which hosts ran the toolkit role.
+    reported = [row.get("gpuops_container_toolkit_cdi") if boolean(row.get("gpuops_node_container_toolkit", True), strict=False)
+                else False for row in nodes.values()]
     return cluster.cdi_on(reported, cluster.deployed_cdi(deployed))
 
 

@@ -162,30 +162,35 @@ def _ssl_context(conf: dict[str, Any]) -> ssl.SSLContext:
     if not conf["verify"]:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    cert, key = conf["cert_file"], conf["key_file"]
     if conf["cert_data"] or conf["key_data"]:
         # ssl reads a certificate chain from files only: written to a private directory, read, and removed.
         with tempfile.TemporaryDirectory(prefix="gpuops-kube-") as tmp:
-            if conf["cert_data"]:
-                cert = os.path.join(tmp, "cert.pem")
-                with open(os.open(cert, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as fh:
-                    fh.write(conf["cert_data"])
-            if conf["key_data"]:
-                key = os.path.join(tmp, "key.pem")
-                with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as fh:
-                    fh.write(conf["key_data"])
-            if cert:
-                context.load_cert_chain(cert, key)
-    elif cert:
-        context.load_cert_chain(cert, key)
+            _load_cert_chain(context, _private_file(tmp, "cert.pem", conf["cert_data"]) or conf["cert_file"],
+                             _private_file(tmp, "key.pem", conf["key_data"]) or conf["key_file"])
+    else:
+        _load_cert_chain(context, conf["cert_file"], conf["key_file"])
     return context
+
+
+def _private_file(directory: str, name: str, data: bytes | None) -> str | None:
+    """data written to directory/name, readable by this user only; None without data."""
+    if not data:
+        return None
+    path = os.path.join(directory, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _load_cert_chain(context: ssl.SSLContext, cert: str | None, key: str | None) -> None:
+    if cert:
+        context.load_cert_chain(cert, key)
 
 
 class HttpClient:
     """JSON requests to one API server: one kept-alive connection per thread (JsonApi's calls run in parallel)."""
 
     def __init__(self, conf: dict[str, Any]) -> None:
-        self.conf = conf
         url = urllib.parse.urlsplit(conf["server"])
         self.https = url.scheme == "https"
         self.host = url.hostname or ""
