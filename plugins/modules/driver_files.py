@@ -105,32 +105,12 @@ node_files:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import DRIVER_ARGS, MODPROBE_FILE, driver_result, host_files
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver_host import DRIVER_ARGS, FILES_ARGS, files_result
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **DRIVER_ARGS,
-            "host_files": {"type": "bool", "default": True},
-            "persistenced": {"type": "bool", "default": True},
-            "modprobe_file": {"type": "path", "default": MODPROBE_FILE},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    result = driver_result(module)
-    if p["host_files"] and result["plan"]["method"] != "containerized":
-        files, units = host_files(result, p["gpu_info"], state_dir=p["state_dir"], modprobe_file=p["modprobe_file"],
-                                  persistenced=p["persistenced"])
-        tracker = ChangeTracker(module._diff, always_list=True)
-        result["node_files"] = nf.ensure(module, tracker, image_build=bool(result["plan"]["image_build"]), files_entries=files,
-                                         units_entries=units)
-        result["changed"] = result["node_files"]["changed"]
-        tracker.update(result)
-    module.exit_json(**result)
+    module = AnsibleModule(argument_spec={**DRIVER_ARGS, **FILES_ARGS}, supports_check_mode=True)
+    module.exit_json(**files_result(module, module._diff))
 
 
 if __name__ == "__main__":

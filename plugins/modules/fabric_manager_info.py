@@ -114,41 +114,18 @@ service:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import MODES, plan_fabric, start_decision
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.node_files import SYSTEMCTL_ENV, unit_state
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager_run import ARGUMENT_SPEC, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **PLAN_ARGS,
-            "repository": {"type": "str", "choices": ["distro", "cuda"], "default": "distro"},
-            "mode": {"type": "str", "choices": list(MODES), "default": "auto"},
-            "driver_version": {"type": "str", "default": ""},
-            "version_variable": {"type": "str", "default": "gpuops_fabric_manager_driver_version"},
-            "config": {"type": "dict", "default": {}},
-            "image_build": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        plan = plan_fabric(gpu_info=p["gpu_info"], distribution=p["distribution"], major_version=p["major_version"],
-                           architecture=p["architecture"], repository=p["repository"], requested_mode=p["mode"],
-                           driver_version_value=p["driver_version"], version_variable=p["version_variable"],
-                           settings=p["config"], installed=host.packages, available=host.versions)
+        result = run(module, module.params)
     except PlanError as exc:
         module.fail_json(msg=str(exc), variable=exc.variable)
     except (RuntimeError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    start, why = start_decision(plan.version, p["gpu_info"], p["image_build"]) if plan.mode != "none" else (False, "nothing to run")
-    service = {}
-    if plan.mode != "none" and plan.service:
-        service = unit_state(lambda argv: module.run_command(argv, environ_update=SYSTEMCTL_ENV), module.get_bin_path("systemctl"),
-                             plan.service)
-    module.exit_json(changed=False, plan=plan.result(), start=start, start_reason=why, service=service)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

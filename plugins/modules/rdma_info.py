@@ -133,54 +133,22 @@ boot_list:
   sample: {path: /etc/modules-load.d/gpuops-rdma.conf, present: false}
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma import MODULES_LOAD_PATH, NICS, STACKS, RdmaRequest, plan_rdma
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.rdma_run import ARGUMENT_SPEC, run
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            **PLAN_ARGS,
-            "stack": {"type": "str", "choices": list(STACKS), "default": "auto"},
-            "nics": {"type": "str", "choices": list(NICS), "default": "auto"},
-            "peermem": {"type": "bool", "default": False},
-            "gds": {"type": "bool", "default": False},
-            "gdrcopy": {"type": "bool", "default": False},
-            "module_type": {"type": "str", "default": ""},
-            "module_type_variable": {"type": "str", "default": "gpuops_driver_kernel_module_type"},
-            "driver_method": {"type": "str", "default": "auto"},
-            "driver_repository": {"type": "str", "default": "distro"},
-            "kernel": {"type": "str", "default": ""},
-            "doca_version": {"type": "str", "default": ""},
-            "doca_repo_url": {"type": "str", "default": ""},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
-    request = RdmaRequest(**{k: p[k] for k in ("stack", "nics", "peermem", "gds", "gdrcopy", "module_type", "module_type_variable",
-                                               "driver_method", "driver_repository", "kernel", "doca_version", "doca_repo_url")})
-
-    def available(family: str, names: list[str]) -> dict[str, bool]:
-        if family == "rhel":
-            versions = host.versions(family, names)
-            return {n: bool(versions.get(n)) for n in names}
-        return {n: candidate is not None for n, candidate in host.candidates(names).items()}
-
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        plan = plan_rdma(request, p["gpu_info"], distribution=p["distribution"], major_version=p["major_version"],
-                         architecture=p["architecture"], installed=host.packages, available=available)
+        result = run(module, module.params)
     except PlanError as exc:
         module.fail_json(msg=str(exc), variable=exc.variable)
     except (RuntimeError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    for warning in plan.warnings:
+    for warning in result.pop("warnings"):
         module.warn(warning)
-    module.exit_json(changed=False, plan=plan.result(), boot_list={"path": MODULES_LOAD_PATH, "present": os.path.lexists(MODULES_LOAD_PATH)})
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

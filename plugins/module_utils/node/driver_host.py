@@ -17,9 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import KernelModuleType, PciGpu
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver, driver_sources
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.fabric_manager import FAMILY as FM_FAMILY
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, runfile_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS, Host
@@ -395,3 +397,27 @@ def driver_result(module: AnsibleModule) -> dict[str, Any]:
         module.fail_json(msg=str(exc))
     reasons = reboot_reasons(result["plan"], result["installed"], p["gpu_info"])
     return {"changed": False, "reboot_required": bool(reasons), "reboot_reasons": reasons, **result}
+
+
+# driver_files' own options, beside the request's.
+FILES_ARGS: dict[str, dict[str, Any]] = {
+    "host_files": {"type": "bool", "default": True},
+    "persistenced": {"type": "bool", "default": True},
+    "modprobe_file": {"type": "path", "default": MODPROBE_FILE},
+}
+
+
+def files_result(module: AnsibleModule, diff: bool) -> dict[str, Any]:
+    """driver_files' result for the module's parameters (DRIVER_ARGS and FILES_ARGS): the plan, and for a host driver its
+    files and unit put in place (in check mode, what would change), with their diff where asked."""
+    p = module.params
+    result = driver_result(module)
+    if p["host_files"] and result["plan"]["method"] != "containerized":
+        files, units = host_files(result, p["gpu_info"], state_dir=p["state_dir"], modprobe_file=p["modprobe_file"],
+                                  persistenced=p["persistenced"])
+        tracker = ChangeTracker(diff, always_list=True)
+        result["node_files"] = nf.ensure(module, tracker, image_build=bool(result["plan"]["image_build"]), files_entries=files,
+                                         units_entries=units)
+        result["changed"] = result["node_files"]["changed"]
+        tracker.update(result)
+    return result
