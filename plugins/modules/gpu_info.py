@@ -48,6 +48,49 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  nouveau:
+    description:
+      - Also answer the M(gpuops.nvidia.nouveau) module's check with these of its options (C(state), C(initramfs),
+        C(unload), C(root), C(image_build); the others at their defaults), in the same round trip. RV(nouveau) is what
+        that module would return in check mode; the nouveau role takes it instead of a module run of its own where it was
+        asked with the role's settings and finds nothing to do.
+      - Nothing is changed, whatever it finds. Settings that module would refuse are not answered (RV(nouveau.result)
+        is null), and this module does not fail for them; the role's own checks name them.
+    type: dict
+    version_added: 0.2.0
+  rdma:
+    description:
+      - Also answer the M(gpuops.nvidia.rdma_info) module's plan with these of its options (all but the GPUs and the
+        distribution, which are this read's, the distribution from os-release), in the same round trip. RV(rdma) is what
+        that module would return; the rdma role takes it instead of a module run of its own where it was asked with the
+        role's settings and nothing changed on the node since.
+      - C(module_type=auto) stands for this read's recommendation (C(derived.kernel_module_type.type)).
+      - Settings that module would refuse are not answered (RV(rdma.result) is null), and this module does not fail for
+        them; the role's own checks name them.
+    type: dict
+    version_added: 0.2.0
+  driver:
+    description:
+      - Also answer the M(gpuops.nvidia.driver_files) module's plan with these of its options (all but the GPUs and the
+        distribution, which are this read's, the distribution from os-release), in the same round trip and in check mode.
+        RV(driver) is what that module would return; the driver role takes it instead of a module run of its own where it
+        was asked with the role's settings, it changes nothing, and nothing changed on the node since.
+      - Nothing is changed, whatever it finds. Settings that module would refuse, a plan it would refuse and a plan with
+        warnings are not answered (RV(driver.result) is null), and this module does not fail for them; the driver role's
+        run of that module says why.
+    type: dict
+    version_added: 0.2.0
+  fabric_manager:
+    description:
+      - Also answer the M(gpuops.nvidia.fabric_manager_info) module's plan with these of its options (all but the GPUs
+        and the distribution, which are this read's), after the driver's plan as O(driver) answers it, in the same round
+        trip. RV(fabric_manager) is what that module would return; the fabric_manager role takes it where it was asked
+        with the role's settings and nothing changed on the node since (the driver role took its answer and installed
+        and held nothing).
+      - A null C(driver_version) stands for the version the driver's plan finds installed, a null C(image_build) for its
+        image build. Without O(driver), or where the driver's plan is not answered, this is not answered either.
+    type: dict
+    version_added: 0.2.0
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
 extends_documentation_fragment:
@@ -313,6 +356,41 @@ package_lists_age:
   returned: always
   type: int
   sample: 1250
+nouveau:
+  description:
+    - With O(nouveau), the settings it was asked with (C(settings), as the module read them) and what the nouveau module
+      would return with them in check mode (C(result)); C(result) is null where that module would fail.
+  returned: when O(nouveau) is set
+  type: dict
+  sample: {settings: {state: present, initramfs: true, unload: true, root: /, image_build: auto},
+           result: {changed: false, path: /etc/modprobe.d/gpuops-blacklist-nouveau.conf, loaded: false}}
+rdma:
+  description:
+    - With O(rdma), the settings it was asked with (C(settings), C(module_type) resolved, and the distribution facts it
+      planned with) and what rdma_info would return with them (C(result)); C(result) is null where that module would fail
+      or warn.
+  returned: when O(rdma) is set
+  type: dict
+  sample: {settings: {stack: auto, nics: auto, module_type: open, distribution: Ubuntu, major_version: "24"},
+           result: {changed: false, plan: {path: dmabuf}, boot_list: {present: false}}}
+driver:
+  description:
+    - With O(driver), the settings it was asked with (C(settings), as driver_files reads them, with the distribution it
+      planned for) and what driver_files would return with them in check mode (C(result)); C(result) is null where that
+      module would fail or the plan warns.
+  returned: when O(driver) is set
+  type: dict
+  sample: {settings: {branch: "580", method: dkms, host_files: true, distribution: Ubuntu, major_version: "24"},
+           result: {changed: false, plan: {method: dkms, install: []}, installed: {version: 580.95.05}}}
+fabric_manager:
+  description:
+    - With O(fabric_manager), the settings it was asked with (C(settings), resolved as fabric_manager_info reads them, with
+      the distribution it planned for) and what fabric_manager_info would return with them (C(result)); C(result) is
+      null where that module would fail or the driver's plan is not answered.
+  returned: when O(fabric_manager) is set
+  type: dict
+  sample: {settings: {mode: auto, driver_version: 580.95.05, image_build: false, distribution: Ubuntu},
+           result: {changed: false, plan: {mode: fabricmanager, install: false}, start: true, service: {enabled: true}}}
 ansible_facts:
   description:
     - With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them; empty on a distribution
@@ -328,6 +406,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import OsRelease
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 # os-release's ID of each distribution the collection installs on, and Ansible's names for it (distribution, os_family).
@@ -384,6 +463,10 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
             "distribution_facts": {"type": "bool", "default": False},
+            "nouveau": {"type": "dict"},
+            "rdma": {"type": "dict"},
+            "driver": {"type": "dict"},
+            "fabric_manager": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -392,7 +475,18 @@ def main() -> None:
         info = collect(p["root"], p["nvml_library"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    extra = {"ansible_facts": distribution_facts(info["node"]["os"])} if p["distribution_facts"] else {}
+    facts = distribution_facts(info["node"]["os"])
+    extra: dict[str, object] = {"ansible_facts": facts} if p["distribution_facts"] else {}
+    # The checks of the roles that follow, where asked (module_utils/node/answers.py).
+    if p["nouveau"] is not None:
+        extra["nouveau"] = answers.nouveau(module, p["nouveau"])
+    if p["rdma"] is not None:
+        extra["rdma"] = answers.rdma(module, p["rdma"], info, facts)
+    driver = answers.driver(module, p["driver"], info, facts) if p["driver"] is not None else None
+    if driver is not None:
+        extra["driver"] = driver
+    if p["fabric_manager"] is not None:
+        extra["fabric_manager"] = answers.fabric_manager(module, p["fabric_manager"], info, facts, driver)
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
                      package_lists_age=package_lists_age(), **extra)
 

@@ -4,10 +4,12 @@ temporary directory and nvidia-persistenced's unit through a stubbed systemctl, 
 from __future__ import annotations
 
 import copy
+import types
+from unittest import mock
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, driver_host
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_files
 
 from ..harness import call
@@ -112,3 +114,46 @@ def test_a_bad_request_is_refused_before_any_file(node):
     etc, run, _systemd = node
     res = run(branch="999")
     assert res["failed"] and res["variable"] == "gpuops_driver_branch" and not etc.exists()
+
+
+def _answer(node_run_params, **args):
+    """gpu_info's answer to the driver role's plan (answers.driver) with the fixture's request."""
+    params = {**node_run_params, **args}
+    info = params.pop("gpu_info")
+    facts = {"distribution": params.pop("distribution"), "distribution_major_version": params.pop("major_version"),
+             "architecture": params.pop("architecture", "x86_64")}
+    module = types.SimpleNamespace(check_mode=False, _diff=True,
+                                   run_command=basic.AnsibleModule.run_command.__get__(object()),
+                                   get_bin_path=basic.AnsibleModule.get_bin_path.__get__(object()))
+    return answers.driver(module, params, info, facts)
+
+
+@pytest.fixture
+def params(node):
+    """The request the fixture's run makes, as the role would give it."""
+    captured = {}
+    with mock.patch.object(driver_files, "files_result", lambda module, diff: captured.update(module.params) or {"changed": False}):
+        node[1]()
+    return {k: v for k, v in captured.items() if not k.startswith("_ansible")}
+
+
+@pytest.mark.parametrize("converged", [False, True])
+def test_the_reads_driver_answer_is_the_modules_check_mode_result_and_changes_nothing(node, params, converged):
+    """What gpu_info returns for the driver role stands for driver_files' run: the same result as its check mode, with
+    nothing written and no unit touched, on a node to converge and on a converged one."""
+    etc, run, systemd = node
+    if converged:
+        run()
+    actions = len(systemd.actions())
+    files = sorted(str(p) for p in etc.rglob("*")) if etc.exists() else []
+    answer = _answer(params)
+    assert (sorted(str(p) for p in etc.rglob("*")) if etc.exists() else []) == files and len(systemd.actions()) == actions
+    checked = run(check=True, _ansible_diff=False)
+    assert answer["result"] == {k: v for k, v in checked.items() if k not in ("failed", "invocation")}
+    assert answer["result"]["changed"] is not converged
+    assert answer["settings"]["branch"] == params["branch"] and answer["settings"]["distribution"] == params["distribution"]
+
+
+def test_the_reads_driver_answer_is_none_where_the_plan_is_refused_or_the_settings_are_wrong(node, params):
+    assert _answer(params, branch="999")["result"] is None
+    assert _answer(params, method="magic")["result"] is None

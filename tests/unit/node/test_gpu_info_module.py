@@ -7,9 +7,10 @@ import os
 import platform
 
 import pytest
+from ansible.module_utils import basic
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
-from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info
+from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, rdma_info
 
 from lab.hardware import build_fake_nvml, load_profile, write_hardware
 
@@ -116,3 +117,52 @@ def test_the_operating_system_is_read_as_os_release_names_it(tmp_path, text, whe
         (tmp_path / where).parent.mkdir(parents=True)
         (tmp_path / where).write_text(text)
     assert hardware.os_release(str(tmp_path)) == expected
+
+
+@pytest.fixture
+def node_packages(monkeypatch):
+    """The node's package commands, answered: rdma-core installed, no candidate for anything else."""
+    seen = []
+
+    def run_command(self, argv, **_kwargs):
+        seen.append(argv[0])
+        if argv[0] == "dpkg-query":
+            return 0, "ii \trdma-core\t50.0-2build2\tinstall ok installed\n", ""
+        return 0, "", ""
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}")
+    monkeypatch.setattr(gpu_info, "distribution_facts",
+                        lambda _os: {"distribution": "Ubuntu", "distribution_major_version": "24", "os_family": "Debian",
+                                     "architecture": "x86_64", "kernel": "6.8.0-45-generic"})
+    return seen
+
+
+@pytest.mark.parametrize("settings", [{"module_type": "auto"}, {"module_type": "proprietary", "stack": "inbox"},
+                                      {"module_type": "auto", "gds": True}])
+def test_the_reads_rdma_answer_is_rdma_infos_result(hw, node_packages, settings, monkeypatch):
+    """What gpu_info returns for the rdma role stands for rdma_info's run: the same result for the same settings, with
+    auto resolved to the read's recommendation as the role resolves it."""
+    res = call(gpu_info.main, {"root": str(hw), "rdma": settings})
+    answer = res["rdma"]
+    resolved = answer["settings"]
+    assert resolved["module_type"] == ("open" if settings["module_type"] == "auto" else settings["module_type"])
+    assert (resolved["distribution"], resolved["major_version"], resolved["architecture"]) == ("Ubuntu", "24", "x86_64")
+    args = {k: v for k, v in resolved.items() if k not in ("distribution", "major_version", "architecture")}
+    warned: list[str] = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, text: warned.append(text))
+    ran = call(rdma_info.main, {**args, "gpu_info": res["gpu_info"], "distribution": "Ubuntu", "major_version": "24",
+                                "architecture": "x86_64"})
+    if warned or ran.get("failed"):
+        assert answer["result"] is None, "a plan that warns or fails is left to the module, which says so"
+    else:
+        assert answer["result"] == {k: v for k, v in ran.items() if k not in ("failed", "invocation")}
+        assert answer["result"]["plan"]["nics"], "the profile's ConnectX NICs are planned for"
+
+
+@pytest.mark.parametrize("option,settings", [("rdma", {"stack": "ofed"}), ("rdma", {"gds": "maybe"}),
+                                             ("rdma", {"unknown": 1}), ("nouveau", {"state": "gone"})])
+def test_settings_the_module_would_refuse_are_not_answered_and_the_read_does_not_fail(hw, node_packages, option, settings):
+    """The role's own checks name its variables; the read before them must not fail in their place."""
+    res = call(gpu_info.main, {"root": str(hw), option: settings})
+    assert not res.get("failed") and res[option] == {"settings": settings, "result": None}

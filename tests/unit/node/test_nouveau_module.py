@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
-from ansible_collections.gpuops.nvidia.plugins.modules import nouveau
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, nouveau_run
+from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, nouveau
 
 from ..harness import call
 
@@ -196,3 +198,56 @@ def test_another_blacklist_that_is_not_utf8_is_still_found(host):
     (sysroot / "usr/lib/modprobe.d/latin1.conf").write_bytes(b"# caf\xe9\nblacklist nouveau\n")
     res = run()
     assert res["blacklisted_by"] == [str(sysroot / "usr/lib/modprobe.d/latin1.conf")] and not res["changed"]
+
+
+def _check(host_fixture, monkeypatch, **settings):
+    """gpu_info's answer to the nouveau role's check (answers.nouveau), with the fixture's roots."""
+    sysroot = host_fixture[0]
+    module = types.SimpleNamespace(check_mode=False, get_bin_path=basic.AnsibleModule.get_bin_path.__get__(object()),
+                                   run_command=basic.AnsibleModule.run_command.__get__(object()))
+    monkeypatch.setattr(answers, "NOUVEAU_SETTINGS", (*answers.NOUVEAU_SETTINGS, "sysroot"))
+    root = str(sysroot.parent / "hw")
+    return answers.nouveau(module, {"sysroot": str(sysroot), "root": root, "image_build": "false", **settings})["result"]
+
+
+@pytest.mark.parametrize("state", ["fresh", "converged", "stale initramfs", "other blacklist", "loaded", "absent wanted"])
+def test_the_reads_check_is_the_modules_check_mode_result_and_changes_nothing(host, state, monkeypatch):
+    """What gpu_info returns for the nouveau role stands for the module's run: it must be the same, case by case."""
+    sysroot, run, calls, modules = host
+    path = sysroot / "etc/modprobe.d" / nv.FILE_NAME
+    settings = {"state": "absent"} if state == "absent wanted" else {}
+    if state in ("converged", "stale initramfs", "loaded", "absent wanted"):
+        run()
+    if state == "stale initramfs":
+        os.utime(sysroot / "boot/initrd.img-6.8.0-151-generic", (1, 1))
+    if state == "other blacklist":
+        (sysroot / "usr/lib/modprobe.d").mkdir(parents=True)
+        (sysroot / "usr/lib/modprobe.d/nvidia-graphics-drivers.conf").write_text("blacklist nouveau\n")
+    if state == "loaded":
+        modules("nouveau 3096576 0 - Live 0x0000000000000000\n")
+    before = sorted((str(p), p.stat().st_mtime) for p in sysroot.rglob("*"))
+    done = len(calls)
+    answer = _check(host, monkeypatch, **settings)
+    assert sorted((str(p), p.stat().st_mtime) for p in sysroot.rglob("*")) == before and len(calls) == done
+    ran = run(check=True, diff=False, **settings)
+    assert answer == {key: value for key, value in ran.items() if key not in ("failed", "invocation")}
+    assert answer["changed"] is (state in ("fresh", "stale initramfs", "absent wanted")), answer
+    if state == "converged":
+        assert path.exists() and not answer["reboot_required"]
+
+
+def test_the_reads_check_is_none_where_the_module_would_fail(host, monkeypatch):
+    sysroot = host[0]
+    (sysroot / "etc/modprobe.d" / nv.FILE_NAME).mkdir(parents=True)
+    assert _check(host, monkeypatch) is None
+
+
+def test_gpu_info_answers_the_check_with_the_settings_it_was_given(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(nouveau_run, "run", lambda module, params, diff: seen.append((module.check_mode, params)) or {"changed": False})
+    (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
+    given = {"state": "present", "initramfs": "no", "unload": True, "root": "/x", "image_build": "auto"}
+    res = call(gpu_info.main, {"root": str(tmp_path), "nouveau": given})
+    assert res["nouveau"] == {"settings": dict(given, initramfs=False), "result": {"changed": False}}
+    assert seen == [(True, {**{k: v.get("default") for k, v in nouveau_run.ARGUMENT_SPEC.items()}, **given, "initramfs": False})]
+    assert "nouveau" not in call(gpu_info.main, {"root": str(tmp_path)})

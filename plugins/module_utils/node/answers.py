@@ -1,0 +1,146 @@
+# Copyright: gpuops.nvidia contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node's one read answering the checks of the roles that follow it (gpu_info's `nouveau`, `rdma` and `driver`).
+
+Each answer is what that role's own module would return with the role's settings, run in check mode in this process:
+the same code on the same node, so a role that finds its answer made with its settings, and nothing changed on the node
+since, takes it instead of a module run of its own. An answer is null where that module would fail, refuse the settings
+or warn: the role's module then runs and says so, naming the role's variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible.module_utils.basic import AnsibleModule
+
+# The nouveau module's options its role sets (the rest stay at their defaults there too).
+NOUVEAU_SETTINGS = ("state", "initramfs", "unload", "root", "image_build")
+
+
+class Refused(Exception):
+    """The borrowed module's fail_json: its run would fail."""
+
+
+class ModuleView:
+    """Another module's run inside this one: its own parameters, check mode, no diff; its failure raises Refused and its
+    warnings are kept (a warned answer is not given: the module's run shows the warning)."""
+
+    check_mode = True
+    _diff = False
+
+    def __init__(self, module: AnsibleModule, params: dict[str, Any]) -> None:
+        self._module = module
+        self.params = params
+        self.warnings: list[str] = []
+
+    def fail_json(self, msg: str, **_kwargs: Any) -> None:
+        raise Refused(msg)
+
+    def warn(self, warning: str) -> None:
+        self.warnings.append(warning)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[str, Any] | None:
+    """Another module's options as that module reads them (types, defaults); None where it would refuse them."""
+    checked = ArgumentSpecValidator(spec).validate(given)
+    return None if checked.error_messages else checked.validated_parameters
+
+
+def _planned(settings: dict[str, Any], given: dict[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+    """The settings as the role compares them: those it gave, as the module reads them, and the distribution the answer
+    was planned for."""
+    return dict({name: settings[name] for name in given}, distribution=facts.get("distribution"),
+                major_version=facts.get("distribution_major_version"), architecture=facts.get("architecture"))
+
+
+def _plan_params(settings: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+    return {**settings, "gpu_info": info, "distribution": facts["distribution"],
+            "major_version": facts["distribution_major_version"], "architecture": facts["architecture"]}
+
+
+def nouveau(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
+    """The nouveau module's check-mode result with these of its options."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau_run
+
+    settings = validated({name: nouveau_run.ARGUMENT_SPEC[name] for name in NOUVEAU_SETTINGS}, given)
+    if settings is None:
+        return {"settings": given, "result": None}
+    params = {name: spec.get("default") for name, spec in nouveau_run.ARGUMENT_SPEC.items()}
+    params.update(settings)
+    try:
+        result = nouveau_run.run(ModuleView(module, params), params, False)
+    except nouveau_run.NouveauError:
+        result = None
+    return {"settings": {name: settings[name] for name in given}, "result": result}
+
+
+def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+    """rdma_info's result with these settings (its options but the plan's common ones; module_type auto: this read's
+    recommendation), this read's GPUs and distribution."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import rdma_run
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
+
+    settings = validated(rdma_run.SETTINGS_SPEC, given)
+    if settings is None or not facts:
+        return {"settings": given, "result": None}
+    if settings["module_type"] == "auto":
+        settings["module_type"] = info["derived"]["kernel_module_type"]["type"] or ""
+    try:
+        result: dict[str, Any] | None = rdma_run.run(module, _plan_params(settings, info, facts))
+    except (PlanError, RuntimeError, OSError):
+        result = None
+    if result is not None and result.pop("warnings"):
+        result = None
+    return {"settings": _planned(settings, given, facts), "result": result}
+
+
+def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+    """driver_files' check-mode result with these settings (its options but the plan's common ones), this read's GPUs
+    and distribution."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS
+
+    spec = {name: value for name, value in {**driver_host.DRIVER_ARGS, **driver_host.FILES_ARGS}.items() if name not in PLAN_ARGS}
+    settings = validated(spec, given)
+    if settings is None or not facts:
+        return {"settings": given, "result": None}
+    view = ModuleView(module, _plan_params(settings, info, facts))
+    try:
+        result: dict[str, Any] | None = driver_host.files_result(view, False)
+    except (Refused, RuntimeError, OSError, ValueError):
+        result = None
+    return {"settings": _planned(settings, given, facts), "result": None if view.warnings else result}
+
+
+def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
+                   driver_answer: dict[str, Any] | None) -> dict[str, Any]:
+    """fabric_manager_info's result with these settings (its options but the plan's common ones), this read's GPUs and
+    distribution, after the driver role's plan as this read answered it: a null C(driver_version) is the version that
+    plan finds installed, a null C(image_build) its image build (without a driver answer, none is given)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import fabric_manager_run
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
+
+    plan = (driver_answer or {}).get("result")
+    if plan is None or not facts:
+        return {"settings": given, "result": None}
+    resolved = dict(given)
+    if resolved.get("driver_version") is None:
+        resolved["driver_version"] = (plan.get("installed") or {}).get("version") or ""
+    if resolved.get("image_build") is None:
+        resolved["image_build"] = bool(plan["plan"]["image_build"])
+    settings = validated(fabric_manager_run.SETTINGS_SPEC, resolved)
+    if settings is None:
+        return {"settings": given, "result": None}
+    try:
+        result: dict[str, Any] | None = fabric_manager_run.run(module, _plan_params(settings, info, facts))
+    except (PlanError, RuntimeError, OSError):
+        result = None
+    return {"settings": _planned(settings, resolved, facts), "result": result}
