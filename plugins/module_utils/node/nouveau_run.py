@@ -120,4 +120,3 @@ def run(module: Any, p: dict[str, Any], diff: bool) -> dict[str, Any]:
             result.update(reboot_required=True, reboot_reason=blocker + "; it goes at the next boot")
     result["changed"] = file_changed or result["initramfs"]["rebuilt"] or result["unloaded"]
     return tracker.update(result)
-

@@ -50,4 +50,3 @@ def run(module: AnsibleModule, p: dict[str, Any]) -> dict[str, Any]:
                      architecture=p["architecture"], installed=host.packages, available=available)
     return {"changed": False, "plan": plan.result(), "warnings": list(plan.warnings),
             "boot_list": {"path": MODULES_LOAD_PATH, "present": os.path.lexists(MODULES_LOAD_PATH)}}
-
