@@ -166,6 +166,18 @@ options:
     type: path
     default: /etc/gpuops-nvidia/container-runtime.json
     version_added: 0.2.0
+  cdi_spec:
+    description:
+      - With O(validate_only), also answer the M(gpuops.nvidia.cdi_spec) module's check with these of its options, in
+        this round trip and in check mode, where nothing is to change before it - the settings in place (RV(up_to_date)),
+        CDI on, not an image build, every one of O(packages) installed and O(files) and O(units) unchanged. O(files) and
+        O(units) among them are taken only where the toolkit has its refresh units (RV(cdi_refresh_unit)). RV(cdi_spec)
+        is the answer; the container_toolkit role takes it instead of a module run of its own where it was asked with the
+        role's settings and changes nothing.
+      - Nothing is changed, whatever it finds. Options that module would refuse, and a spec it would refuse, are not
+        answered (C(result) in RV(cdi_spec) is null).
+    type: dict
+    version_added: 0.2.0
   restart_marker:
     description:
       - The file that records a config change the runtime has not been restarted for yet, written before the
@@ -318,6 +330,14 @@ rollback:
   type: list
   elements: dict
   sample: [{path: /etc/containerd/config.toml, backup: /etc/containerd/config.toml.1234.2026-11-21@10:00:00~, existed: true}]
+cdi_spec:
+  description:
+    - With O(cdi_spec) where nothing is to change before it, the settings it was asked with (C(settings), as given, the
+      refresh units' files and units dropped where the toolkit has no such units, without C(gpu_info)) and what
+      cdi_spec would return with them in check mode (C(result), null where that module would fail).
+  returned: when O(validate_only) and O(cdi_spec) are set and nothing is to change before it
+  type: dict
+  sample: {settings: {path: /var/run/cdi/nvidia.yaml, files: [], units: []}, result: {changed: false, devices: ["0", all]}}
 """
 
 import contextlib
@@ -329,6 +349,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import FileResult, NotTextError, read_text, remove_file, write_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
@@ -602,6 +623,7 @@ def main() -> None:
             "packages": {"type": "list", "elements": "str", "default": []},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "record": {"type": "path", "default": "/etc/gpuops-nvidia/container-runtime.json"},
+            "cdi_spec": {"type": "dict"},
             **nf.ARGUMENT_SPEC,
         },
         supports_check_mode=True,
@@ -665,6 +687,11 @@ def main() -> None:
             done = nf.ensure(module, tracker, image_build=result["image_build"])
             check.update(node_files=done, changed=done["changed"])
             tracker.update(check)
+        # Where nothing is to change before it (the settings in place, the packages and repository there), the CDI spec's
+        # check too, for the container_toolkit role to take instead of its own round trip.
+        if p["cdi_spec"] is not None and check["up_to_date"] and check["cdi_enabled"] and not result["image_build"] \
+                and not check["changed"] and all(version is not None for version in result["packages"].values()):
+            check["cdi_spec"] = answers.cdi_spec(module, p["cdi_spec"], result["cdi_refresh_unit"])
         module.exit_json(**check, **result)
     # An uninstall needs tomlkit only to edit a file in place (remove says so): a second one runs after the toolkit's
     # packages, tomlkit among them, are gone.

@@ -54,7 +54,7 @@ options:
         C(unload), C(root), C(image_build); the others at their defaults), in the same round trip. RV(nouveau) is what
         that module would return in check mode; the nouveau role takes it instead of a module run of its own where it was
         asked with the role's settings and finds nothing to do.
-      - Nothing is changed, whatever it finds. Settings that module would refuse are not answered (RV(nouveau.result)
+      - Nothing is changed, whatever it finds. Settings that module would refuse are not answered (C(result) in RV(nouveau)
         is null), and this module does not fail for them; the role's own checks name them.
     type: dict
     version_added: 0.2.0
@@ -65,7 +65,7 @@ options:
         that module would return; the rdma role takes it instead of a module run of its own where it was asked with the
         role's settings and nothing changed on the node since.
       - C(module_type=auto) stands for this read's recommendation (C(derived.kernel_module_type.type)).
-      - Settings that module would refuse are not answered (RV(rdma.result) is null), and this module does not fail for
+      - Settings that module would refuse are not answered (C(result) in RV(rdma) is null), and this module does not fail for
         them; the role's own checks name them.
     type: dict
     version_added: 0.2.0
@@ -76,7 +76,7 @@ options:
         RV(driver) is what that module would return; the driver role takes it instead of a module run of its own where it
         was asked with the role's settings, it changes nothing, and nothing changed on the node since.
       - Nothing is changed, whatever it finds. Settings that module would refuse, a plan it would refuse and a plan with
-        warnings are not answered (RV(driver.result) is null), and this module does not fail for them; the driver role's
+        warnings are not answered (C(result) in RV(driver) is null), and this module does not fail for them; the driver role's
         run of that module says why.
     type: dict
     version_added: 0.2.0

@@ -144,3 +144,24 @@ def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[s
     except (PlanError, RuntimeError, OSError):
         result = None
     return {"settings": _planned(settings, resolved, facts), "result": result}
+
+
+def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -> dict[str, Any]:
+    """The cdi_spec module's check-mode result with these of its options, answered in container_runtime's check: the
+    refresh units' files and units only where the toolkit has the units (`refresh_unit`), as the container_toolkit role
+    passes them then. The settings are returned as given (without the GPUs), for the role to compare with its own."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import cdi_run
+
+    resolved = dict(given)
+    if not refresh_unit:
+        resolved.update(files=[], units=[])
+    shown = {name: value for name, value in resolved.items() if name != "gpu_info"}
+    params = validated(cdi_run.ARGUMENT_SPEC, resolved)
+    if params is None:
+        return {"settings": shown, "result": None}
+    view = ModuleView(module, params)
+    try:
+        result: dict[str, Any] | None = cdi_run.spec_result(view, False)
+    except (Refused, RuntimeError, OSError, ValueError):
+        result = None
+    return {"settings": shown, "result": None if view.warnings else result}

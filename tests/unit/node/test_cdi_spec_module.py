@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import types
 from pathlib import Path
 
 import pytest
 import yaml
 from ansible.module_utils import basic
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
 
 from ..harness import call
@@ -200,3 +202,45 @@ def test_a_spec_that_fails_leaves_the_files_alone(node, tmp_path):
     answer["rc"] = 1
     res = run(files=[{"path": str(tmp_path / "d"), "state": "directory"}])
     assert res["failed"] and not (tmp_path / "d").exists()
+
+
+def _answer(settings, refresh_unit=True):
+    """container_runtime's answer for the spec (answers.cdi_spec), through a module that is not in check mode."""
+    module = types.SimpleNamespace(check_mode=False, _diff=True, run_command=basic.AnsibleModule.run_command.__get__(object()),
+                                   get_bin_path=basic.AnsibleModule.get_bin_path.__get__(object()))
+    return answers.cdi_spec(module, settings, refresh_unit)
+
+
+@pytest.mark.parametrize("converged", [False, True])
+def test_the_checks_answer_for_the_spec_is_the_modules_check_mode_result_and_writes_nothing(node, tmp_path, converged):
+    """What container_runtime returns for the toolkit role's spec stands for cdi_spec's run: the same result as its check
+    mode, nothing written, on a node without the spec and on one with it."""
+    spec, run, _calls, _answer_text = node
+    unit = tmp_path / "unit.conf"
+    settings = {"path": str(spec), "nvidia_ctk": "/usr/bin/nvidia-ctk", "gpu_info": GPU_INFO, "driver_root": None,
+                "files": [{"path": str(unit), "content": "x\n", "mode": "0644"}], "units": []}
+    if converged:
+        run(**{k: v for k, v in settings.items() if k != "driver_root"})
+    before = spec.read_text() if spec.exists() else None
+    answer = _answer(settings)
+    assert (spec.read_text() if spec.exists() else None) == before and unit.exists() is converged
+    checked = run(check=True, _ansible_diff=False, **{k: v for k, v in settings.items() if k != "driver_root"})
+    assert answer["result"] == {k: v for k, v in checked.items() if k not in ("failed", "invocation")}
+    assert answer["result"]["changed"] is not converged
+    assert answer["settings"] == {k: v for k, v in settings.items() if k != "gpu_info"}
+
+
+def test_the_refresh_files_are_answered_only_where_the_toolkit_has_the_units(node, tmp_path):
+    spec = node[0]
+    settings = {"path": str(spec), "nvidia_ctk": "/usr/bin/nvidia-ctk", "files": [{"path": str(tmp_path / "u"), "content": "x\n"}],
+                "units": [{"name": "nvidia-cdi-refresh.path", "enabled": True}]}
+    answer = _answer(settings, refresh_unit=False)
+    assert answer["settings"]["files"] == [] and answer["settings"]["units"] == [] and "node_files" not in answer["result"]
+
+
+def test_a_spec_the_module_would_refuse_is_not_answered(node):
+    spec, _run, _calls, answer_text = node
+    answer_text["rc"] = 1
+    assert _answer({"path": str(spec), "nvidia_ctk": "/usr/bin/nvidia-ctk"})["result"] is None
+    assert _answer({"path": str(spec.with_suffix(".txt")), "nvidia_ctk": "/usr/bin/nvidia-ctk"})["result"] is None
+    assert _answer({"path": str(spec), "kind": "nvidia"})["result"] is None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
 from ..harness import call
@@ -437,3 +438,25 @@ def test_absent_on_crio_removes_our_drop_in_only(node):
     assert run(**crio)["changed"]
     res = run(state="absent", **crio)
     assert res["changed"] and files(etc) == before
+
+
+def test_the_cdi_spec_is_answered_only_where_nothing_is_to_change_before_it(node, monkeypatch):
+    """The container_toolkit role takes the check's answer for the spec instead of its own run: the check gives one only
+    where the settings are in place, CDI is on and every package is installed."""
+    etc, run, _calls, version = node
+    asked = []
+    monkeypatch.setattr(answers, "cdi_spec", lambda module, given, refresh_unit: asked.append((module.check_mode, given, refresh_unit))
+                        or {"settings": given, "result": {"changed": False}})
+    version["installed"].add("dpkg-query")
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    settings = {"path": "/var/run/cdi/nvidia.yaml", "files": [], "units": []}
+    assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi_spec=settings), "settings to change first"
+    run(toolkit_mode="cdi")
+    (etc.parent / "run/gpuops/containerd.restart-pending").unlink()
+    checked = run(validate_only=True, toolkit_mode="cdi", cdi_spec=settings, packages=["nvidia-container-toolkit"])
+    assert checked["up_to_date"] and checked["cdi_spec"] == {"settings": settings, "result": {"changed": False}}
+    assert len(asked) == 1 and asked[0][1] == settings
+    # A package the role installs that is not there yet: its install comes first.
+    assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi_spec=settings, packages=["nvidia-container-toolkit-base"])
+    # Without CDI in the runtime there is no spec to answer.
+    assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi="skip", cdi_spec=settings)
