@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, nouveau_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nouveau as nv
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, nouveau
 
 from ..harness import call
