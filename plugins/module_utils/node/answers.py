@@ -1,6 +1,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node's one read answering the checks of the roles that follow it (gpu_info's `nouveau`, `rdma` and `driver`).
+"""Checks of a later role's module answered in an earlier module's round trip: the node's one read (gpu_info's `nouveau`,
+`rdma`, `driver` and `fabric_manager`) for the roles that follow the preflight, and the toolkit's settings check
+(container_runtime's `cdi_spec`) for the CDI spec.
 
 Each answer is what that role's own module would return with the role's settings, run in check mode in this process:
 the same code on the same node, so a role that finds its answer made with its settings, and nothing changed on the node
@@ -93,8 +95,9 @@ def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], 
         return {"settings": given, "result": None}
     if settings["module_type"] == "auto":
         settings["module_type"] = info["derived"]["kernel_module_type"]["type"] or ""
+    params = _plan_params(settings, info, facts)
     try:
-        result: dict[str, Any] | None = rdma_run.run(module, _plan_params(settings, info, facts))
+        result: dict[str, Any] | None = rdma_run.run(ModuleView(module, params), params)
     except (PlanError, RuntimeError, OSError):
         result = None
     if result is not None and result.pop("warnings"):
@@ -123,24 +126,27 @@ def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any]
 def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
                    driver_answer: dict[str, Any] | None) -> dict[str, Any]:
     """fabric_manager_info's result with these settings (its options but the plan's common ones), this read's GPUs and
-    distribution, after the driver role's plan as this read answered it: a null C(driver_version) is the version that
-    plan finds installed, a null C(image_build) its image build (without a driver answer, none is given)."""
+    distribution, after the driver role's plan as this read answered it: a null `driver_version` is the version that
+    plan finds installed, a null `image_build` its image build (without a driver answer the driver role takes, none is
+    given)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import fabric_manager_run
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 
-    plan = (driver_answer or {}).get("result")
-    if plan is None or not facts:
+    driver_result = (driver_answer or {}).get("result")
+    # Where the driver's answer changes or installs something, the driver role will not take it, nor this role this.
+    if driver_result is None or driver_result["changed"] or driver_result["plan"]["install"] or not facts:
         return {"settings": given, "result": None}
     resolved = dict(given)
     if resolved.get("driver_version") is None:
-        resolved["driver_version"] = (plan.get("installed") or {}).get("version") or ""
+        resolved["driver_version"] = (driver_result.get("installed") or {}).get("version") or ""
     if resolved.get("image_build") is None:
-        resolved["image_build"] = bool(plan["plan"]["image_build"])
+        resolved["image_build"] = bool(driver_result["plan"]["image_build"])
     settings = validated(fabric_manager_run.SETTINGS_SPEC, resolved)
     if settings is None:
         return {"settings": given, "result": None}
+    params = _plan_params(settings, info, facts)
     try:
-        result: dict[str, Any] | None = fabric_manager_run.run(module, _plan_params(settings, info, facts))
+        result: dict[str, Any] | None = fabric_manager_run.run(ModuleView(module, params), params)
     except (PlanError, RuntimeError, OSError):
         result = None
     return {"settings": _planned(settings, resolved, facts), "result": result}
