@@ -477,16 +477,18 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     facts = distribution_facts(info["node"]["os"])
     extra: dict[str, object] = {"ansible_facts": facts} if p["distribution_facts"] else {}
-    # The checks of the roles that follow, where asked (module_utils/node/answers.py).
+    # The checks of the roles that follow, where asked (module_utils/node/answers.py); the plans read the package
+    # database once between them.
+    host = answers.shared_host(module) if any(p[name] is not None for name in ("rdma", "driver", "fabric_manager")) else None
     if p["nouveau"] is not None:
         extra["nouveau"] = answers.nouveau(module, p["nouveau"])
     if p["rdma"] is not None:
-        extra["rdma"] = answers.rdma(module, p["rdma"], info, facts)
-    driver = answers.driver(module, p["driver"], info, facts) if p["driver"] is not None else None
+        extra["rdma"] = answers.rdma(module, p["rdma"], info, facts, host)
+    driver = answers.driver(module, p["driver"], info, facts, host) if p["driver"] is not None else None
     if driver is not None:
         extra["driver"] = driver
     if p["fabric_manager"] is not None:
-        extra["fabric_manager"] = answers.fabric_manager(module, p["fabric_manager"], info, facts, driver)
+        extra["fabric_manager"] = answers.fabric_manager(module, p["fabric_manager"], info, facts, driver, host)
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
                      package_lists_age=package_lists_age(), **extra)
 

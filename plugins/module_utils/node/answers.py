@@ -19,6 +19,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 if TYPE_CHECKING:  # pragma: no cover
     from ansible.module_utils.basic import AnsibleModule
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import Host
 
 # The nouveau module's options its role sets (the rest stay at their defaults there too).
 NOUVEAU_SETTINGS = ("state", "initramfs", "unload", "root", "image_build")
@@ -48,6 +49,14 @@ class ModuleView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
+
+
+def shared_host(module: AnsibleModule) -> Host:
+    """The node's commands for the plans one read answers: the package database read once between them (imported here,
+    so that a read asked for none does not load the package reader)."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import Host
+
+    return Host.of(module)
 
 
 def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[str, Any] | None:
@@ -84,9 +93,11 @@ def nouveau(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
     return {"settings": {name: settings[name] for name in given}, "result": result}
 
 
-def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
+         host: Host | None = None) -> dict[str, Any]:
     """rdma_info's result with these settings (its options but the plan's common ones; module_type auto: this read's
-    recommendation), this read's GPUs and distribution."""
+    recommendation), this read's GPUs and distribution; the node's commands through `host` where given (shared by the
+    answers of one read)."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import rdma_run
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError
 
@@ -97,7 +108,7 @@ def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], 
         settings["module_type"] = info["derived"]["kernel_module_type"]["type"] or ""
     params = _plan_params(settings, info, facts)
     try:
-        result: dict[str, Any] | None = rdma_run.run(ModuleView(module, params), params)
+        result: dict[str, Any] | None = rdma_run.run(ModuleView(module, params), params, host)
     except (PlanError, RuntimeError, OSError):
         result = None
     if result is not None and result.pop("warnings"):
@@ -105,9 +116,10 @@ def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], 
     return {"settings": _planned(settings, given, facts), "result": result}
 
 
-def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
+           host: Host | None = None) -> dict[str, Any]:
     """driver_files' check-mode result with these settings (its options but the plan's common ones), this read's GPUs
-    and distribution."""
+    and distribution; the node's commands through `host` where given."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import PLAN_ARGS
 
@@ -117,14 +129,14 @@ def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any]
         return {"settings": given, "result": None}
     view = ModuleView(module, _plan_params(settings, info, facts))
     try:
-        result: dict[str, Any] | None = driver_host.files_result(view, False)
+        result: dict[str, Any] | None = driver_host.files_result(view, False, host)
     except (Refused, RuntimeError, OSError, ValueError):
         result = None
     return {"settings": _planned(settings, given, facts), "result": None if view.warnings else result}
 
 
 def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
-                   driver_answer: dict[str, Any] | None) -> dict[str, Any]:
+                   driver_answer: dict[str, Any] | None, host: Host | None = None) -> dict[str, Any]:
     """fabric_manager_info's result with these settings (its options but the plan's common ones), this read's GPUs and
     distribution, after the driver role's plan as this read answered it: a null `driver_version` is the version that
     plan finds installed, a null `image_build` its image build (without a driver answer the driver role takes, none is
@@ -146,7 +158,7 @@ def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[s
         return {"settings": given, "result": None}
     params = _plan_params(settings, info, facts)
     try:
-        result: dict[str, Any] | None = fabric_manager_run.run(ModuleView(module, params), params)
+        result: dict[str, Any] | None = fabric_manager_run.run(ModuleView(module, params), params, host)
     except (PlanError, RuntimeError, OSError):
         result = None
     return {"settings": _planned(settings, resolved, facts), "result": result}

@@ -382,11 +382,12 @@ DRIVER_ARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def driver_result(module: AnsibleModule) -> dict[str, Any]:
+def driver_result(module: AnsibleModule, host: Host | None = None) -> dict[str, Any]:
     """driver_info's result for the module's parameters (changed false, the plan, what is installed, the reboot's reasons);
-    a request that cannot work fails the module, naming the variable."""
+    a request that cannot work fails the module, naming the variable. Its commands through `host` where given (one read
+    shared with other plans), else through the module."""
     p = module.params
-    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    host = host or Host.of(module)
     result: dict[str, Any] = {}
     try:
         result = make_plan(p, p["gpu_info"], host, p["root"])
@@ -407,11 +408,12 @@ FILES_ARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def files_result(module: AnsibleModule, diff: bool) -> dict[str, Any]:
-    """driver_files' result for the module's parameters (DRIVER_ARGS and FILES_ARGS): the plan, and for a host driver its
-    files and unit put in place (in check mode, what would change), with their diff where asked."""
+def files_result(module: AnsibleModule, diff: bool, host: Host | None = None) -> dict[str, Any]:
+    """driver_files' result for the module's parameters (DRIVER_ARGS and FILES_ARGS): the plan (through `host` where
+    given), and for a host driver its files and unit put in place (in check mode, what would change), with their diff
+    where asked."""
     p = module.params
-    result = driver_result(module)
+    result = driver_result(module, host)
     if p["host_files"] and result["plan"]["method"] != "containerized":
         files, units = host_files(result, p["gpu_info"], state_dir=p["state_dir"], modprobe_file=p["modprobe_file"],
                                   persistenced=p["persistenced"])

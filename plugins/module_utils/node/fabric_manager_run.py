@@ -27,11 +27,12 @@ SETTINGS_SPEC: dict[str, dict[str, Any]] = {
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {**PLAN_ARGS, **SETTINGS_SPEC}
 
 
-def run(module: AnsibleModule, p: dict[str, Any]) -> dict[str, Any]:
-    """The module's result for the options `p` (all of ARGUMENT_SPEC).
+def run(module: AnsibleModule, p: dict[str, Any], host: Host | None = None) -> dict[str, Any]:
+    """The module's result for the options `p` (all of ARGUMENT_SPEC); its commands through `host` where given (one read
+    shared with other plans), else through the module.
 
     Raises PlanError (a request that cannot work, naming its variable), RuntimeError or OSError (a command failed)."""
-    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    host = host or Host.of(module)
     plan = plan_fabric(gpu_info=p["gpu_info"], distribution=p["distribution"], major_version=p["major_version"],
                        architecture=p["architecture"], repository=p["repository"], requested_mode=p["mode"],
                        driver_version_value=p["driver_version"], version_variable=p["version_variable"],

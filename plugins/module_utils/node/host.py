@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ansible.module_utils.basic import AnsibleModule
 
 Runner = Callable[..., tuple[int, str, str]]
 C_ENV = {"LC_ALL": "C", "LANG": "C"}
@@ -145,20 +148,33 @@ class Host:
         self._which = which
         # Candidates apt-cache policy already gave: the plan and the dependency read ask about the same packages.
         self._candidates: dict[str, str | None] = {}
+        # The package database's listing, as its tool printed it: every plan made through this Host (the node's read
+        # answers several) reads it once; each gets its own parse.
+        self._listings: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, module: AnsibleModule) -> Host:
+        """The host a module runs on: its commands through the module, found in sbin too."""
+        return cls(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
 
     def _cmd(self, argv: list[str]) -> tuple[int, str, str]:
         return self._run(argv, environ_update=C_ENV)
 
+    def _listing(self, family: str) -> str:
+        """rpm's listing for the rhel family, dpkg's for any other (each family name of the plans: ubuntu, debian, deb)."""
+        tool, argv = (("rpm -qa", ["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"]) if family == "rhel"
+                      else ("dpkg-query", ["dpkg-query", "-W", "-f", DPKG_FORMAT]))
+        if tool not in self._listings:
+            rc, out, err = self._cmd(argv)
+            if rc != 0:
+                raise RuntimeError(f"{tool} failed: {err.strip()}")
+            self._listings[tool] = out
+        return self._listings[tool]
+
     def packages(self, family: str) -> dict[str, dict]:
         if family == "rhel":
-            rc, out, err = self._cmd(["rpm", "-qa", "--qf", "%{NAME}\\t%{VERSION}-%{RELEASE}\\n"])
-            if rc != 0:
-                raise RuntimeError(f"rpm -qa failed: {err.strip()}")
-            return parse_rpm(out, read_text(VERSIONLOCK_LIST) or "")
-        rc, out, err = self._cmd(["dpkg-query", "-W", "-f", DPKG_FORMAT])
-        if rc != 0:
-            raise RuntimeError(f"dpkg-query failed: {err.strip()}")
-        return parse_dpkg(out)
+            return parse_rpm(self._listing(family), read_text(VERSIONLOCK_LIST) or "")
+        return parse_dpkg(self._listing(family))
 
     def candidates(self, names: list[str]) -> dict[str, str | None]:
         unknown = [n for n in dict.fromkeys(names) if n not in self._candidates]

@@ -33,11 +33,12 @@ SETTINGS_SPEC: dict[str, dict[str, Any]] = {
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {**PLAN_ARGS, **SETTINGS_SPEC}
 
 
-def run(module: AnsibleModule, p: dict[str, Any]) -> dict[str, Any]:
-    """The module's result for the options `p` (all of ARGUMENT_SPEC), with `warnings` (a list) for the module to give.
+def run(module: AnsibleModule, p: dict[str, Any], host: Host | None = None) -> dict[str, Any]:
+    """The module's result for the options `p` (all of ARGUMENT_SPEC), with `warnings` (a list) for the module to give;
+    its commands through `host` where given (one read shared with other plans), else through the module.
 
     Raises PlanError (a request that cannot work, naming its variable), RuntimeError or OSError (a command failed)."""
-    host = Host(module.run_command, lambda name: module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"]))
+    host = host or Host.of(module)
     request = RdmaRequest(**{k: p[k] for k in SETTINGS_SPEC})
 
     def available(family: str, names: list[str]) -> dict[str, bool]:

@@ -29,7 +29,7 @@ def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_
 def fm_runs(monkeypatch):
     runs = []
 
-    def run(module, params):
+    def run(module, params, _host=None):
         runs.append((module.check_mode, params))
         return {"changed": False, "plan": {"mode": "fabricmanager", "install": False}, "start": True, "service": {}}
 
@@ -66,7 +66,7 @@ def test_no_answer_without_the_distribution_or_for_settings_the_module_refuses(f
 
 
 def test_a_refused_fabric_manager_plan_is_not_answered(monkeypatch):
-    def refuse(_module, _params):
+    def refuse(_module, _params, _host=None):
         raise PlanError("gpuops_fabric_manager_driver_version", "no such version")
 
     monkeypatch.setattr(fabric_manager_run, "run", refuse)

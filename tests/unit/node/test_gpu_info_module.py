@@ -166,3 +166,12 @@ def test_settings_the_module_would_refuse_are_not_answered_and_the_read_does_not
     """The role's own checks name its variables; the read before them must not fail in their place."""
     res = call(gpu_info.main, {"root": str(hw), option: settings})
     assert not res.get("failed") and res[option] == {"settings": settings, "result": None}
+
+
+def test_the_answers_of_one_read_read_the_package_database_once(hw, node_packages):
+    """rdma's and the driver's plans both read dpkg's database: in one read, it is listed once."""
+    res = call(gpu_info.main, {"root": str(hw), "rdma": {"module_type": "auto"}, "driver": {"method": "dkms", "branch": "580"}})
+    assert "rdma" in res and "driver" in res
+    assert node_packages.count("dpkg-query") == 1, node_packages
+    call(gpu_info.main, {"root": str(hw)})
+    assert node_packages.count("dpkg-query") == 1, "a read asked for no plan reads no package database"
