@@ -109,7 +109,7 @@ def test_no_fact_shadows_a_task_or_role_variable():
 # computed themselves (or none: node_common's facts and refresh): validating those arguments at every call was a task
 # each (20 in a no-op cluster.yml, 0.8 s).
 # Their specs document them and validate a direct call. (read and unread run before main in cluster.yml: they validate.)
-INTERNAL_ENTRY_POINTS = {("cluster_common", name) for name in ("apply", "apply_batch", "daemonsets", "labels", "nodes", "remove")} | {
+INTERNAL_ENTRY_POINTS = {("cluster_common", name) for name in ("apply_batch", "daemonsets", "nodes", "remove")} | {
     ("mig_manager", "record"), ("node_common", "facts"), ("node_common", "refresh")}
 
 
@@ -117,8 +117,9 @@ def _role_includes(tasks: object, where: str, found: list[tuple[str, dict]]) -> 
     for task in tasks if isinstance(tasks, list) else []:
         if not isinstance(task, dict):
             continue
-        if isinstance(task.get("ansible.builtin.include_role"), dict):
-            found.append((where, task["ansible.builtin.include_role"]))
+        for call in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+            if isinstance(task.get(call), dict):
+                found.append((where, task[call]))
         for part in ("block", "rescue", "always"):
             _role_includes(task.get(part), where, found)
 
@@ -138,24 +139,33 @@ def test_the_roles_internal_calls_skip_argument_validation():
     assert not validating, f"internal calls that validate their arguments (rolespec_validate: false): {validating}"
 
 
-def test_cluster_yml_skips_only_the_argument_checks_its_validate_loop_made():
-    """cluster.yml checks every role's inputs (tasks_from: validate) before the first object is applied, then includes
+def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
+    """cluster.yml checks every role's inputs (tasks_from: validate) before the first object is applied, then imports
     the roles without checking their arguments again: only sound where each of those roles' validate spec is its main's,
-    and the validate loop includes it."""
+    and cluster.yml checks it first."""
     play = next(p for p in yaml.safe_load((REPO / "playbooks/cluster.yml").read_text()) if p.get("name") == "Deploy the GPU components to the cluster")
     found: list[tuple[str, dict]] = []
     _role_includes(play["tasks"], "cluster.yml", found)
-    loop = next(t for t in play["tasks"] if t.get("name") == "Check the inputs of every role")["loop"]
+    checked = [str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found
+               if args.get("tasks_from") == "validate" and args.get("rolespec_validate") is not False]
     unchecked = {str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found
                  if args.get("rolespec_validate") is False and args.get("tasks_from") in (None, "deploy")}
     assert len(unchecked) >= 8
-    assert unchecked <= set(loop), f"included unchecked but not in the validate loop: {sorted(unchecked - set(loop))}"
+    assert unchecked <= set(checked), f"included unchecked but not checked first: {sorted(unchecked - set(checked))}"
+    # Every check before the first deploy.
+    tasks = [t for t in play["tasks"] if isinstance(t.get("ansible.builtin.import_role"), dict)]
+    first_deploy = next(i for i, t in enumerate(tasks) if t["ansible.builtin.import_role"].get("tasks_from") == "deploy")
+    assert all(t["ansible.builtin.import_role"].get("tasks_from") != "validate" for t in tasks[first_deploy:])
     for role in sorted(unchecked):
         specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
         assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
-        # The deploy entry point is main without its check of the inputs: main checks them, then imports it whole.
+        # The deploy entry point is main without its check of the inputs and its apply: main checks them, imports it
+        # whole, then applies what it kept (cluster.yml applies every role's at once).
         deploy = REPO / "roles" / role / "tasks/deploy.yml"
         if deploy.exists():
             main = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())
-            assert [t.get("ansible.builtin.include_tasks") for t in main[:-1]] == ["validate.yml"], f"{role}: main does more than check"
-            assert main[-1].get("ansible.builtin.import_tasks") == "deploy.yml", f"{role}: main does not end with deploy.yml"
+            assert main[0].get("ansible.builtin.include_tasks") == "validate.yml", f"{role}: main does not check first"
+            assert main[1].get("ansible.builtin.import_tasks") == "deploy.yml", f"{role}: main does not deploy after the check"
+            assert main[2].get("ansible.builtin.include_role") == {
+                "name": "gpuops.nvidia.cluster_common", "tasks_from": "apply_batch", "rolespec_validate": False}, f"{role}: main does not apply"
+            assert [t.get("ansible.builtin.import_tasks") for t in main[3:]] in ([], ["record.yml"]), f"{role}: main does more"
