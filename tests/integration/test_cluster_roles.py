@@ -529,7 +529,9 @@ def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_clust
     res = playbook(other, extra={"gpuops_validation_smoke": "never"}, play=str(own))
     out = " ".join(res.stdout.split())
     assert res.returncode == 0, res.stdout[-3000:]
-    assert "Label the nodes, MIG configs" in out, out[-3000:]
+    # The role's own apply (its main's), the label with it, and the record before the validation.
+    assert "TASK [gpuops.nvidia.cluster_common : Apply them]" in out, out[-3000:]
+    assert get(kubeconfig, "node", "r-a100")["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     assert re.search(r"r-a100: [^']*nvidia\.com/mig-1g\.10gb=14, ", out), out[-3000:]
     # The inventory's config again: applied and validated.
     res = playbook(inventory, extra={"gpuops_validation_smoke": "never"})
