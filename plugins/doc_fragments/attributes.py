@@ -51,6 +51,19 @@ attributes:
       - gpuops.nvidia.gpu
 """
 
+    # The cluster modules with an action plugin of their own (plugins/action, plugins/plugin_utils/in_process.py).
+    IN_PROCESS = r"""
+options: {}
+attributes:
+  action:
+    description:
+      - An action plugin of the same name runs the module's work in the task's own worker process on the controller
+        where the task's connection is local (no become, async or task C(environment)) and the connection to the API
+        server needs no kubernetes client, saving the module's start (a new Python process); elsewhere it runs the
+        module. The arguments, the checks and the result are the module's either way.
+    support: full
+"""
+
     # The modules that talk to the API server (meta/runtime.yml action group `cluster`).
     ACTIONGROUP_CLUSTER = r"""
 options: {}

@@ -66,6 +66,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_cluster
+  - gpuops.nvidia.attributes.in_process
 attributes:
   check_mode:
     support: full
@@ -257,17 +258,17 @@ class Applier:
             raise Failed(f"applying {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]), api_status(error))
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "objects": {"type": "list", "elements": "dict", "default": []},
-            "label_sets": {"type": "list", "elements": "dict", "default": [], "options": SET_OPTIONS},
-            "field_manager": {"type": "str", "default": "gpuops-nvidia"},
-            "force_conflicts": {"type": "bool", "default": True},
-            **AUTH_ARGS,
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC: dict[str, Any] = {
+    "objects": {"type": "list", "elements": "dict", "default": []},
+    "label_sets": {"type": "list", "elements": "dict", "default": [], "options": SET_OPTIONS},
+    "field_manager": {"type": "str", "default": "gpuops-nvidia"},
+    "force_conflicts": {"type": "bool", "default": True},
+    **AUTH_ARGS,
+}
+
+
+def run(module: Any) -> None:
+    """The module's work, given an AnsibleModule (or the action plugin's in-process stand-in for one)."""
     objects, sets = module.params["objects"], module.params["label_sets"]
     bad_objects = check_objects(objects)
     errors = (["objects: " + "; ".join(bad_objects)] if bad_objects else []) + set_errors(sets, "label_sets")
@@ -296,6 +297,10 @@ def main() -> None:
     if module._diff and diffs:
         out["diff"] = diffs
     module.exit_json(**out)
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_cluster
+  - gpuops.nvidia.attributes.in_process
 attributes:
   check_mode:
     support: full
@@ -122,21 +123,21 @@ def read(api: JsonApi, entry: dict[str, Any]) -> list[dict]:
     return [{"apiVersion": data.get("apiVersion"), "kind": kind, **item} for item in data.get("items") or []]
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "reads": {"type": "list", "elements": "dict", "required": True, "options": {
-                "key": {"type": "str", "required": True, "no_log": False},
-                "api_version": {"type": "str", "required": True},
-                "resource": {"type": "str", "required": True},
-                "name": {"type": "str"},
-                "namespace": {"type": "str"},
-                "label_selectors": {"type": "list", "elements": "str", "default": []},
-            }},
-            **AUTH_ARGS,
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC: dict[str, Any] = {
+    "reads": {"type": "list", "elements": "dict", "required": True, "options": {
+        "key": {"type": "str", "required": True, "no_log": False},
+        "api_version": {"type": "str", "required": True},
+        "resource": {"type": "str", "required": True},
+        "name": {"type": "str"},
+        "namespace": {"type": "str"},
+        "label_selectors": {"type": "list", "elements": "str", "default": []},
+    }},
+    **AUTH_ARGS,
+}
+
+
+def run(module: Any) -> None:
+    """The module's work, given an AnsibleModule (or the action plugin's in-process stand-in for one)."""
     reads = module.params["reads"]
     keys = [r["key"] for r in reads]
     twice = sorted({k for k in keys if keys.count(k) > 1})
@@ -152,6 +153,10 @@ def main() -> None:
         module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
                          status=api_status(exc))
     module.exit_json(changed=False, resources={key: found[key] for key in keys})
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

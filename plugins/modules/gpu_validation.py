@@ -106,6 +106,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.actiongroup_cluster
+  - gpuops.nvidia.attributes.in_process
 attributes:
   check_mode:
     support: partial
@@ -239,25 +240,25 @@ class KubeCluster:
         return self._call("listing the ResourceSlices", lambda: self.api.list_items(resource_path("resource.k8s.io/v1", "resourceslices")))
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "expected": {"type": "dict", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "smoke_test": {"type": "bool", "default": True},
-            "smoke_nodes": {"type": "list", "elements": "str"},
-            "image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"},
-            "command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
-            "image_pull_secrets": {"type": "list", "elements": "str", "default": [], "no_log": False},
-            "runtime_class_name": {"type": "str", "default": ""},
-            "timeout": {"type": "int", "default": 300},
-            "gfd_labels": {"type": "dict", "default": {}},
-            "mig_configs": {"type": "dict", "default": {}},
-            "dra": {"type": "bool", "default": False},
-            **AUTH_ARGS,
-        },
-        supports_check_mode=True,
-    )
+ARGUMENT_SPEC: dict[str, Any] = {
+    "expected": {"type": "dict", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "smoke_test": {"type": "bool", "default": True},
+    "smoke_nodes": {"type": "list", "elements": "str"},
+    "image": {"type": "str", "default": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04"},
+    "command": {"type": "list", "elements": "str", "default": ["nvidia-smi", "-L"]},
+    "image_pull_secrets": {"type": "list", "elements": "str", "default": [], "no_log": False},
+    "runtime_class_name": {"type": "str", "default": ""},
+    "timeout": {"type": "int", "default": 300},
+    "gfd_labels": {"type": "dict", "default": {}},
+    "mig_configs": {"type": "dict", "default": {}},
+    "dra": {"type": "bool", "default": False},
+    **AUTH_ARGS,
+}
+
+
+def run(module: Any) -> None:
+    """The module's work, given an AnsibleModule (or the action plugin's in-process stand-in for one)."""
     p = module.params
     expected = {str(n): {str(k): int(v) for k, v in (r or {}).items()} for n, r in p["expected"].items()}
     gfd_labels = {str(n): ({str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else None)
@@ -280,6 +281,10 @@ def main() -> None:
     if result.msg:
         module.fail_json(msg=result.msg, **out)
     module.exit_json(**out)
+
+
+def main() -> None:
+    run(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":
