@@ -48,6 +48,7 @@ FIRST = "bench-noble"
 # The branch the first install pins on the H100 machine and the one the upgrade moves it to (the archive's
 # newest), as in the default scenario's rollout.
 FIRST_BRANCH, UPGRADE_BRANCH = "580", "615"
+UPGRADE_ROW = "upgrade_driver.yml, 1 node"
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
 WAITED = re.compile(r"waited ([0-9.]+)s for their resources, ([0-9.]+)s for the smoke tests")
 
@@ -209,7 +210,7 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
 
     if upgrade:
         took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
-        bench.add("upgrade_driver.yml, 1 node", took, f"{FIRST_BRANCH} to {UPGRADE_BRANCH}, DKMS, Fabric Manager with it")
+        bench.add(UPGRADE_ROW, took, f"{FIRST_BRANCH} to {UPGRADE_BRANCH}, DKMS, Fabric Manager with it")
 
 
 def scale_part(bench: Bench) -> None:
@@ -252,13 +253,14 @@ def scale_part(bench: Bench) -> None:
 PARTS = ("gpu_info", "machines", "scale")
 
 
-def load_results(path: Path, parts_run: list[str]) -> list[Row]:
-    """The figures of earlier runs for the parts this run does not measure."""
+def load_results(path: Path, parts_run: list[str], keep: tuple[str, ...] = ()) -> list[Row]:
+    """The figures of earlier runs for the parts this run does not measure, and the rows named in keep (what a part
+    run leaves out: the upgrade with --no-upgrade)."""
     try:
         rows = [Row(**r) for r in json.loads(path.read_text())]
     except (OSError, ValueError, TypeError):
         return []
-    return [r for r in rows if r.part not in parts_run]
+    return [r for r in rows if r.part not in parts_run or r.what in keep]
 
 
 def save_results(path: Path, rows: list[Row]) -> None:
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None
     results = Path(args.out).with_suffix(".json")
     bench = Bench(state, args.base_port, args.repo_port, args.nodes, state / "bench.log",
                   started=time.strftime("%Y-%m-%d %H:%M", time.gmtime()), results=results)
-    bench.rows = load_results(results, parts)
+    bench.rows = load_results(results, parts, (UPGRADE_ROW,) if args.no_upgrade else ())
     bench.log.write_text("")
     started = time.monotonic()
     print(f"bench: the log of every command is {bench.log}", flush=True)
