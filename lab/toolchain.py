@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LabError
+from .hostlock import host_lock
 from .images import cache_dir
 from .retry import Backoff, note_retry, retry
 
@@ -329,15 +330,20 @@ def build_nfd(log: Path) -> Path:
 
 
 def ensure_toolchain(progress=print) -> Toolchain:
-    """Build (or find) every binary the lab cluster runs."""
+    """Build (or find) every binary the lab cluster runs.
+
+    One builder at a time on this host: each build writes a fixed `<name>.tmp` directory, so two at once (a `lab cluster
+    up` while `make caches` builds) emptied each other's (seen: nfd-api-crds.yaml gone from under the copy). The second
+    waits, then finds the binaries the first built."""
     log = cluster_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     dirs = {}
-    for name, build in (("kubernetes", build_kubernetes), ("etcd", build_etcd), ("kwok", build_kwok), ("nfd", build_nfd)):
-        t0 = time.monotonic()
-        dirs[name] = build(log)
-        took = time.monotonic() - t0
-        if took > 1:
-            progress(f"lab cluster: built {name} in {took:.0f}s ({dirs[name]})")
+    with host_lock("cluster-build"):
+        for name, build in (("kubernetes", build_kubernetes), ("etcd", build_etcd), ("kwok", build_kwok), ("nfd", build_nfd)):
+            t0 = time.monotonic()
+            dirs[name] = build(log)
+            took = time.monotonic() - t0
+            if took > 1:
+                progress(f"lab cluster: built {name} in {took:.0f}s ({dirs[name]})")
     k8s, etcd, kwok, nfd = dirs["kubernetes"], dirs["etcd"], dirs["kwok"], dirs["nfd"]
     return Toolchain(k8s / "kube-apiserver", k8s / "kube-controller-manager", k8s / "kube-scheduler",
                      etcd / "etcd", kwok / "kwok", kwok / "kwokctl", nfd / "nfd-master", nfd / "nfd-api-crds.yaml")

@@ -24,3 +24,29 @@ def test_a_second_process_waits_for_the_lock(tmp_path, monkeypatch):
     assert proc.wait(timeout=30) == 0
     assert float(stamp.read_text()) >= released
     assert (tmp_path / "locks/t.lock").exists()
+
+
+def test_the_cluster_toolchain_is_built_by_one_builder_at_a_time(tmp_path, monkeypatch):
+    """ensure_toolchain holds the host's cluster-build lock while it builds: each build writes a fixed .tmp directory,
+    which a second builder at the same time would empty under the first."""
+    import fcntl
+
+    from lab import toolchain
+
+    monkeypatch.setenv("GPUOPS_LAB_CACHE", str(tmp_path))
+    held = []
+
+    def build(_log):
+        with (tmp_path / "locks/cluster-build.lock").open("a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held.append(True)
+        return tmp_path
+
+    for name in ("build_kubernetes", "build_etcd", "build_kwok", "build_nfd"):
+        monkeypatch.setattr(toolchain, name, build)
+    toolchain.ensure_toolchain(progress=lambda _msg: None)
+    assert held == [True] * 4
