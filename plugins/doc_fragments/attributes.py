@@ -64,6 +64,20 @@ attributes:
     support: full
 """
 
+    # The actions that never connect to a host (a module file of documentation only, beside the action plugin that does
+    # the work): in no action group, as no side's options apply to them.
+    CONTROLLER = r"""
+options: {}
+attributes:
+  action:
+    description: An action plugin of the same name does the work on the controller; it never connects to a host.
+    support: full
+  action_group:
+    description: In no action group - it takes none of the node or cluster modules' options.
+    support: none
+    membership: []
+"""
+
     # The modules that talk to the API server (meta/runtime.yml action group `cluster`).
     ACTIONGROUP_CLUSTER = r"""
 options: {}

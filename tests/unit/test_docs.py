@@ -23,6 +23,8 @@ COLLECTIONS = REPO / ".build" / "collections"
 SUPPORT = ("full", "partial", "none")
 ATTRIBUTES = "gpuops.nvidia.attributes"
 FRAGMENTS = {"node": "gpuops.nvidia.attributes.actiongroup_node", "cluster": "gpuops.nvidia.attributes.actiongroup_cluster"}
+# Actions that never connect to a host: a module file of documentation only, the work in the action plugin; no side group.
+CONTROLLER = "gpuops.nvidia.attributes.controller"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -64,7 +66,15 @@ def _attributes(name: str) -> dict:
     return attributes
 
 
+def _controller_only(name: str) -> bool:
+    return CONTROLLER in (_module_doc(name).get("extends_documentation_fragment") or [])
+
+
 def _supports_check_mode(name: str) -> bool:
+    if _controller_only(name):
+        # The action plugin's own flag.
+        return bool(getattr(importlib.import_module(f"ansible_collections.gpuops.nvidia.plugins.action.{name}").ActionModule,
+                            "_supports_check_mode", False))
     for node in ast.walk(_module_tree(name)):
         if isinstance(node, ast.keyword) and node.arg == "supports_check_mode":
             return bool(ast.literal_eval(node.value))
@@ -163,6 +173,12 @@ def test_a_module_extends_the_attributes_fragment_and_its_side_group(name):
     extends = _module_doc(name).get("extends_documentation_fragment") or []
     assert "gpuops.nvidia.attributes" in extends
     groups = [g for g, members in _action_groups().items() if f"gpuops.nvidia.{name}" in members and g.endswith((".node", ".cluster"))]
+    if _controller_only(name):
+        assert groups == [], f"{name} never connects to a host: in no side's group"
+        assert not [f for f in extends if f.startswith("gpuops.nvidia.attributes.actiongroup_")]
+        assert "def main(" not in (REPO / "plugins/modules" / f"{name}.py").read_text()
+        assert (REPO / "plugins/action" / f"{name}.py").exists()
+        return
     assert len(groups) == 1, groups
     side = groups[0].rsplit(".", 1)[1]
     assert [f for f in extends if f.startswith("gpuops.nvidia.attributes.actiongroup_")] == [FRAGMENTS[side]]

@@ -18,11 +18,24 @@ def _modules() -> set[str]:
     return {f"gpuops.nvidia.{p.stem}" for p in (REPO / "plugins/modules").glob("*.py") if p.stem != "__init__"}
 
 
+def _controller_only() -> set[str]:
+    """The actions that never connect to a host: a module file of documentation only, beside an action plugin that does
+    the work (role_inputs). No side's module_defaults apply to them."""
+    found = set()
+    for path in (REPO / "plugins/modules").glob("*.py"):
+        if "def main(" not in path.read_text():
+            assert (REPO / "plugins/action" / path.name).exists(), f"{path.name}: no main() and no action plugin"
+            found.add(f"gpuops.nvidia.{path.stem}")
+    return found
+
+
 def test_every_module_is_in_exactly_one_side_group():
     groups = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["action_groups"]
     node, cluster = set(groups["node"]), set(groups["cluster"])
     assert not node & cluster, f"in both groups: {sorted(node & cluster)}"
-    assert node | cluster == _modules(), f"missing: {sorted(_modules() - node - cluster)}, unknown: {sorted((node | cluster) - _modules())}"
+    sided = _modules() - _controller_only()
+    assert _controller_only() == {"gpuops.nvidia.role_inputs"}
+    assert node | cluster == sided, f"missing: {sorted(sided - node - cluster)}, unknown: {sorted((node | cluster) - sided)}"
 
 
 def test_the_old_group_name_extends_the_node_group():
@@ -140,25 +153,28 @@ def test_the_roles_internal_calls_skip_argument_validation():
 
 
 def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
-    """cluster.yml checks every role's inputs (tasks_from: validate) before the first object is applied, then imports
-    the roles without checking their arguments again: only sound where each of those roles' validate spec is its main's,
-    and cluster.yml checks it first."""
+    """cluster.yml checks every role's inputs in one task (gpuops.nvidia.role_inputs: each role's main argument spec and
+    its own checks) before the first object is applied, then imports the roles without checking their arguments again:
+    only sound where that task names every role imported so, and comes before them all."""
     play = next(p for p in yaml.safe_load((REPO / "playbooks/cluster.yml").read_text()) if p.get("name") == "Deploy the GPU components to the cluster")
+    assert play["vars"]["__gpuops_cluster_inputs_checked"] is True
+    checks = [i for i, t in enumerate(play["tasks"]) if "gpuops.nvidia.role_inputs" in t]
+    assert len(checks) == 1, "one check of every role's inputs"
+    checked = play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"]["roles"]
+    assert "entry_point" not in play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"], "the roles' main argument specs"
     found: list[tuple[str, dict]] = []
-    _role_includes(play["tasks"], "cluster.yml", found)
-    checked = [str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found
-               if args.get("tasks_from") == "validate" and args.get("rolespec_validate") is not False]
-    unchecked = {str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found
-                 if args.get("rolespec_validate") is False and args.get("tasks_from") in (None, "deploy")}
-    assert len(unchecked) >= 8
-    assert unchecked <= set(checked), f"included unchecked but not checked first: {sorted(unchecked - set(checked))}"
-    # Every check before the first deploy.
-    tasks = [t for t in play["tasks"] if isinstance(t.get("ansible.builtin.import_role"), dict)]
-    first_deploy = next(i for i, t in enumerate(tasks) if t["ansible.builtin.import_role"].get("tasks_from") == "deploy")
-    assert all(t["ansible.builtin.import_role"].get("tasks_from") != "validate" for t in tasks[first_deploy:])
-    for role in sorted(unchecked):
-        specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
-        assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
+    _role_includes(play["tasks"][checks[0]:], "cluster.yml", found)
+    unchecked = [str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found if args.get("rolespec_validate") is False
+                 and str(args["name"]).removeprefix("gpuops.nvidia.") != "cluster_common"]
+    assert len(set(unchecked)) >= 9
+    assert set(unchecked) == set(checked), f"imported unchecked but not checked first: {sorted(set(unchecked) - set(checked))}"
+    # Nothing before the check but cluster_common's read (the shared settings and the connection).
+    before: list[tuple[str, dict]] = []
+    _role_includes(play["tasks"][:checks[0]], "cluster.yml", before)
+    assert [(args["name"], args.get("tasks_from")) for _w, args in before] == [("gpuops.nvidia.cluster_common", "read")]
+    for role in sorted(set(unchecked)):
+        # A role's own checks are in one variable, which the check reads and the role's validate asserts alone.
+        assert f"__gpuops_{role}_input_errors" in yaml.safe_load((REPO / "roles" / role / "vars/main.yml").read_text())
         # The deploy entry point is main without its check of the inputs and its apply: main checks them, imports it
         # whole, then applies what it kept (cluster.yml applies every role's at once).
         deploy = REPO / "roles" / role / "tasks/deploy.yml"

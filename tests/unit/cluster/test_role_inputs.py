@@ -1,0 +1,119 @@
+"""gpuops.nvidia.role_inputs, run by ansible-playbook on this machine against the collection's own roles: each role's
+argument spec and its own checks in one task, every error in one message, no_log values masked; and the roles'
+standalone checks read the same variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = ["cluster_prereqs", "gpu_feature_discovery", "dcgm_exporter", "validation"]
+
+# The roles imported (never run: when false) so that their defaults and vars are the play's, as in cluster.yml.
+PLAY = [{
+    "name": "check",
+    "hosts": "localhost",
+    "connection": "local",
+    "gather_facts": False,
+    "tasks": [
+        {"name": "Check", "gpuops.nvidia.role_inputs": {"roles": "{{ roles_to_check }}"}, "register": "checked",
+         "ignore_errors": True},
+        {"name": "Show", "ansible.builtin.copy": {"content": "{{ checked | to_json }}", "dest": "{{ result_file }}"}},
+        *({"name": f"Import {role}", "ansible.builtin.import_role": {"name": f"gpuops.nvidia.{role}", "tasks_from": "deploy"
+                                                                      if role != "validation" else "validate", "rolespec_validate": False},
+           "when": False} for role in ROLES),
+    ],
+}]
+
+
+def run(tmp_path: Path, extra: dict, roles: list[str] | None = None) -> dict:
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(PLAY))
+    out = tmp_path / "result.json"
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"n1": {}}}}}}))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
+    variables = {"roles_to_check": roles or ROLES, "result_file": str(out), **extra}
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), "-i", str(inventory), "-e", json.dumps(variables)],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_defaults_pass_and_nothing_changes(tmp_path):
+    # cluster_prereqs' own checks need the GPU nodes cluster_common reads: given here as cluster.yml's read leaves them.
+    res = run(tmp_path, {"__gpuops_cluster_common_nodes": {}})
+    assert not res.get("failed"), res
+    assert res["changed"] is False
+    assert res["roles"] == ROLES
+
+
+def test_every_role_s_spec_and_own_errors_come_in_one_message(tmp_path):
+    res = run(tmp_path, {
+        "__gpuops_cluster_common_nodes": {},
+        # dcgm_exporter: a spec error (not a dict) whose own check (dict2items) cannot even run; then an own error.
+        "gpuops_dcgm_exporter_service_monitor_labels": ["team", "gpu"],
+        "gpuops_dcgm_exporter_service_monitor_interval": "15 seconds",
+        # gpu_feature_discovery: an own error only.
+        "gpuops_gpu_feature_discovery_sleep_interval": "45 seconds",
+        # validation: the spec's choice and the role's own, longer, message.
+        "gpuops_validation_smoke": "sometimes",
+        # cluster_prereqs: a spec choice.
+        "gpuops_cluster_prereqs_pod_security": "open",
+    })
+    assert res["failed"] is True
+    errors = res["input_errors"]
+    assert any("gpuops_cluster_prereqs_pod_security must be one of: privileged, baseline, restricted, got: open" in e for e in errors)
+    assert any("gpuops_dcgm_exporter_service_monitor_labels" in e and "dict" in e for e in errors), errors
+    assert "gpuops_gpu_feature_discovery_sleep_interval: 45 seconds is not a Go duration such as 60s or 5m, nor infinite" in errors
+    assert any(e.startswith('gpuops_validation_smoke: "sometimes" is not one of changed') for e in errors), errors
+    assert any("gpuops_validation_smoke must be one of" in e for e in errors), errors
+    # The role whose spec refused a value: its own checks are left out where they cannot run, not reported as a crash.
+    assert not any("dict2items" in e or "template" in e.lower() for e in errors), errors
+    assert res["msg"] == "; ".join(errors)
+
+
+def test_an_own_check_that_breaks_without_a_spec_error_is_not_hidden(tmp_path):
+    # cluster_prereqs' own check reads the GPU nodes: without them (and nothing wrong in its spec) the task must fail
+    # loudly, not pass.
+    res = run(tmp_path, {}, roles=["cluster_prereqs"])
+    assert res["failed"] is True
+    assert "__gpuops_cluster_common_nodes" in res["msg"], res["msg"]
+
+
+def test_no_log_values_never_reach_the_message(tmp_path):
+    res = run(tmp_path, {
+        "__gpuops_cluster_common_nodes": {},
+        "gpuops_cluster_prereqs_registry_credentials": [{"name": "nvcr", "server": "nvcr.io", "username": "$oauthtoken",
+                                                         "password": "hunter2-secret"}],
+        "gpuops_cluster_prereqs_pod_security": "hunter2-secret",
+    }, roles=["cluster_prereqs"])
+    assert res["failed"] is True
+    assert "hunter2-secret" not in json.dumps(res)
+    assert "gpuops_cluster_prereqs_pod_security must be one of" in res["msg"]
+
+
+def test_an_unknown_role_is_named_with_the_roles_there_are(tmp_path):
+    res = run(tmp_path, {}, roles=["device_plugins"])
+    assert res["failed"] is True
+    assert "roles: 'device_plugins' is not a role of gpuops.nvidia; its roles are" in res["msg"]
+    assert "device_plugin," in res["msg"]
+
+
+@pytest.mark.parametrize("role", ["cluster_prereqs", "driver_container", "device_plugin", "dra", "node_feature_discovery",
+                                  "gpu_feature_discovery", "dcgm_exporter", "mig_manager", "validation"])
+def test_each_cluster_role_checks_itself_with_the_variable_role_inputs_reads(role):
+    """A role run on its own asserts the same list cluster.yml's role_inputs reads (one place for its checks)."""
+    variable = f"__gpuops_{role}_input_errors"
+    assert variable in yaml.safe_load((REPO / "roles" / role / "vars/main.yml").read_text())
+    tasks = "".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("validate*.yml"))
+    assert f"that: {variable} | length == 0" in tasks
+    assert f"fail_msg: \"{{{{ {variable} | join('; ') }}}}\"" in tasks
