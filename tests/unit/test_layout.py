@@ -152,6 +152,26 @@ def test_the_roles_internal_calls_skip_argument_validation():
     assert not validating, f"internal calls that validate their arguments (rolespec_validate: false): {validating}"
 
 
+def test_node_yml_checks_every_role_it_imports_first():
+    """node.yml checks its roles' inputs in one task before the first role, then imports them without their own check."""
+    (play,) = yaml.safe_load((REPO / "playbooks/node.yml").read_text())
+    assert "roles" not in play
+    assert play["vars"]["__gpuops_node_inputs_checked"] is True
+    first, *rest = play["tasks"]
+    checked = yaml.safe_load(first["gpuops.nvidia.role_inputs"]["roles"].replace("{{", "").replace("}}", "").split("+")[0])
+    found: list[tuple[str, dict]] = []
+    _role_includes(rest, "node.yml", found)
+    imported = [str(args["name"]).removeprefix("gpuops.nvidia.") for _w, args in found]
+    assert all(args.get("rolespec_validate") is False and "tasks_from" not in args for _w, args in found)
+    assert imported == [*checked, "container_toolkit"]
+    assert "['container_toolkit'] if gpuops_node_container_toolkit" in first["gpuops.nvidia.role_inputs"]["roles"]
+    # The roles whose own checks are a task of theirs skip it in this play, where the first task made it.
+    for role in ("preflight", "container_toolkit"):
+        first_task = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())[0]
+        assert first_task["ansible.builtin.assert"]["that"] == f"__gpuops_{role}_input_errors | length == 0"
+        assert first_task["when"] == "not __gpuops_node_inputs_checked | default(false)"
+
+
 def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
     """cluster.yml checks every role's inputs in one task (gpuops.nvidia.role_inputs: each role's main argument spec and
     its own checks) before the first object is applied, then imports the roles without checking their arguments again:

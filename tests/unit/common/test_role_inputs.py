@@ -15,6 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ["cluster_prereqs", "gpu_feature_discovery", "dcgm_exporter", "validation"]
+NODE_ROLES = ["preflight", "container_toolkit"]
 
 # The roles imported (never run: when false) so that their defaults and vars are the play's, as in cluster.yml.
 PLAY = [{
@@ -26,9 +27,9 @@ PLAY = [{
         {"name": "Check", "gpuops.nvidia.role_inputs": {"roles": "{{ roles_to_check }}"}, "register": "checked",
          "ignore_errors": True},
         {"name": "Show", "ansible.builtin.copy": {"content": "{{ checked | to_json }}", "dest": "{{ result_file }}"}},
-        *({"name": f"Import {role}", "ansible.builtin.import_role": {"name": f"gpuops.nvidia.{role}", "tasks_from": "deploy"
-                                                                      if role != "validation" else "validate", "rolespec_validate": False},
-           "when": False} for role in ROLES),
+        *({"name": f"Import {role}", "when": False,
+           "ansible.builtin.import_role": {"name": f"gpuops.nvidia.{role}", "rolespec_validate": False}}
+          for role in [*ROLES, *NODE_ROLES]),
     ],
 }]
 
@@ -108,12 +109,25 @@ def test_an_unknown_role_is_named_with_the_roles_there_are(tmp_path):
     assert "device_plugin," in res["msg"]
 
 
+def test_the_host_roles_own_checks_name_the_variable_the_value_came_from(tmp_path):
+    # node.yml's check: the driver method given as the driver role's variable is named so (preflight takes it from
+    # there), with the driver role's choices; a toolkit version that is no package version.
+    res = run(tmp_path, {"gpuops_driver_method": "kmod", "gpuops_container_toolkit_version": "latest"}, roles=NODE_ROLES)
+    assert res["failed"] is True
+    assert 'gpuops_driver_method: "kmod" is not one of auto, precompiled, dkms, containerized' in res["input_errors"]
+    assert any(e.startswith('gpuops_container_toolkit_version: "latest" is not a package version') for e in res["input_errors"])
+    res = run(tmp_path, {"gpuops_preflight_driver_method": "kmod"}, roles=NODE_ROLES)
+    assert 'gpuops_preflight_driver_method: "kmod" is not one of auto, precompiled, dkms, containerized, none' in res["msg"]
+    assert not run(tmp_path, {}, roles=NODE_ROLES).get("failed")
+
+
 @pytest.mark.parametrize("role", ["cluster_prereqs", "driver_container", "device_plugin", "dra", "node_feature_discovery",
-                                  "gpu_feature_discovery", "dcgm_exporter", "mig_manager", "validation"])
-def test_each_cluster_role_checks_itself_with_the_variable_role_inputs_reads(role):
-    """A role run on its own asserts the same list cluster.yml's role_inputs reads (one place for its checks)."""
+                                  "gpu_feature_discovery", "dcgm_exporter", "mig_manager", "validation", *NODE_ROLES])
+def test_each_role_checks_itself_with_the_variable_role_inputs_reads(role):
+    """A role run on its own asserts the same list the playbooks' role_inputs reads (one place for its checks)."""
     variable = f"__gpuops_{role}_input_errors"
     assert variable in yaml.safe_load((REPO / "roles" / role / "vars/main.yml").read_text())
-    tasks = "".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("validate*.yml"))
+    tasks = "".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("validate*.yml") if role not in NODE_ROLES)
+    tasks += (REPO / "roles" / role / "tasks/main.yml").read_text() if role in NODE_ROLES else ""
     assert f"that: {variable} | length == 0" in tasks
     assert f"fail_msg: \"{{{{ {variable} | join('; ') }}}}\"" in tasks
