@@ -158,6 +158,7 @@ def test_node_yml_checks_every_role_it_imports_first():
     assert "roles" not in play
     assert play["vars"]["__gpuops_node_inputs_checked"] is True
     first, *rest = play["tasks"]
+    assert first["tags"] == ["always"]
     checked = yaml.safe_load(first["gpuops.nvidia.role_inputs"]["roles"].replace("{{", "").replace("}}", "").split("+")[0])
     found: list[tuple[str, dict]] = []
     _role_includes(rest, "node.yml", found)
@@ -182,6 +183,8 @@ def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
     assert len(checks) == 1, "one check of every role's inputs"
     checked = play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"]["roles"]
     assert "entry_point" not in play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"], "the roles' main argument specs"
+    # As Ansible's own check at a role's start, it runs whatever --tags the run is given.
+    assert play["tasks"][checks[0]]["tags"] == ["always"]
     found: list[tuple[str, dict]] = []
     _role_includes(play["tasks"][checks[0]:], "cluster.yml", found)
     unchecked = [str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found if args.get("rolespec_validate") is False
