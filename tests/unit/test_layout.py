@@ -202,6 +202,10 @@ def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
         # whole, then applies what it kept (cluster.yml applies every role's at once).
         deploy = REPO / "roles" / role / "tasks/deploy.yml"
         if deploy.exists():
+            # Its validate entry point (for a playbook of the user's own) takes main's argument spec, which the check
+            # above is.
+            specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
+            assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
             main = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())
             assert main[0].get("ansible.builtin.include_tasks") == "validate.yml", f"{role}: main does not check first"
             assert main[1].get("ansible.builtin.import_tasks") == "deploy.yml", f"{role}: main does not deploy after the check"
