@@ -25,6 +25,9 @@ description:
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
   - The structure is versioned by C(schema_version) (6 since a driver from NVIDIA's .run installer is reported).
   - Never changes anything; always returns C(changed=false).
+  - The answers to later roles' checks that plan from apt's package lists (O(rdma), O(driver), O(fabric_manager),
+    O(container_toolkit)) are made only while those lists are under an hour old (RV(package_lists_age)), as the roles
+    refresh older lists before they plan and then take no answer; their C(result) is null otherwise.
 author:
   - gpuops.nvidia maintainers (@gpuops)
 options:
@@ -89,6 +92,19 @@ options:
         and held nothing).
       - A null C(driver_version) stands for the version the driver's plan finds installed, a null C(image_build) for its
         image build. Without O(driver), or where the driver's plan is not answered, this is not answered either.
+    type: dict
+    version_added: 0.2.0
+  container_toolkit:
+    description:
+      - Also answer the M(gpuops.nvidia.container_runtime) module's settings check (its O(gpuops.nvidia.container_runtime#module:validate_only)
+        run) with these of its options, in the same round trip and in check mode. RV(container_toolkit) is what that run
+        would return; the container_toolkit role takes it instead of a module run of its own where it was asked with the
+        role's settings, it changes nothing, and nothing changed on the node since.
+      - Its C(cdi_spec) holds the CDI spec's settings without the GPUs; the spec's check is made with this read's GPUs, and
+        only where NVML answers with some (the role generates the spec only then).
+      - Nothing is changed, whatever it finds. Settings that module would refuse and a check with warnings are not answered
+        (C(result) in RV(container_toolkit) is null), and this module does not fail for them; the role's run of that module
+        says why.
     type: dict
     version_added: 0.2.0
 requirements:
@@ -391,6 +407,15 @@ fabric_manager:
   type: dict
   sample: {settings: {mode: auto, driver_version: 580.95.05, image_build: false, distribution: Ubuntu},
            result: {changed: false, plan: {mode: fabricmanager, install: false}, start: true, service: {enabled: true}}}
+container_toolkit:
+  description:
+    - With O(container_toolkit), the settings it was asked with (C(settings), as given) and what the settings check of
+      M(gpuops.nvidia.container_runtime) would return with them (C(result)); C(result) is null where that module would fail
+      or warn.
+  returned: when O(container_toolkit) is set
+  type: dict
+  sample: {settings: {runtime: auto, runtime_name: nvidia, packages: [nvidia-container-toolkit]},
+           result: {changed: false, up_to_date: true, runtime: containerd, cdi_enabled: true, packages: {nvidia-container-toolkit: 1.18.2-1}}}
 ansible_facts:
   description:
     - With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them; empty on a distribution
@@ -423,6 +448,10 @@ DISTRIBUTION_FACTS = ("distribution", "distribution_major_version", "os_family",
 LD_CACHE = "/etc/ld.so.cache"
 # What ansible.builtin.apt's cache_valid_time compares with, in its order.
 APT_LISTS_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
+# The answers planned from the package lists, and the age under which the lists are fresh (the node roles' refreshes
+# use cache_valid_time 3600): older lists are refreshed before those roles plan, and the roles then take no answer.
+PACKAGE_ANSWERS = ("rdma", "driver", "fabric_manager", "container_toolkit")
+FRESH_LISTS = 3600
 
 
 def nvml_library_installed(library: str | None) -> bool:
@@ -467,6 +496,7 @@ def main() -> None:
             "rdma": {"type": "dict"},
             "driver": {"type": "dict"},
             "fabric_manager": {"type": "dict"},
+            "container_toolkit": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -478,19 +508,26 @@ def main() -> None:
     facts = distribution_facts(info["node"]["os"])
     extra: dict[str, object] = {"ansible_facts": facts} if p["distribution_facts"] else {}
     # The checks of the roles that follow, where asked (module_utils/node/answers.py); the plans read the package
-    # database once between them.
-    host = answers.shared_host(module) if any(p[name] is not None for name in ("rdma", "driver", "fabric_manager")) else None
+    # database once between them. Those made of the package lists only while the lists are fresh: older ones are
+    # refreshed before those roles plan, which then take no answer.
+    lists_age = package_lists_age()
+    fresh = lists_age is not None and lists_age < FRESH_LISTS
+    asked = [name for name in PACKAGE_ANSWERS if p[name] is not None]
+    extra.update({name: dict(settings=p[name], result=None) for name in asked if not fresh})
+    host = answers.shared_host(module) if fresh and asked else None
     if p["nouveau"] is not None:
         extra["nouveau"] = answers.nouveau(module, p["nouveau"])
-    if p["rdma"] is not None:
+    if fresh and p["rdma"] is not None:
         extra["rdma"] = answers.rdma(module, p["rdma"], info, facts, host)
-    driver = answers.driver(module, p["driver"], info, facts, host) if p["driver"] is not None else None
+    driver = answers.driver(module, p["driver"], info, facts, host) if fresh and p["driver"] is not None else None
     if driver is not None:
         extra["driver"] = driver
-    if p["fabric_manager"] is not None:
+    if fresh and p["fabric_manager"] is not None:
         extra["fabric_manager"] = answers.fabric_manager(module, p["fabric_manager"], info, facts, driver, host)
+    if fresh and p["container_toolkit"] is not None:
+        extra["container_toolkit"] = answers.container_runtime(module, p["container_toolkit"], info, host)
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
-                     package_lists_age=package_lists_age(), **extra)
+                     package_lists_age=lists_age, **extra)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Checks of a later role's module answered in an earlier module's round trip: the node's one read (gpu_info's `nouveau`,
-`rdma`, `driver` and `fabric_manager`) for the roles that follow the preflight, and the toolkit's settings check
-(container_runtime's `cdi_spec`) for the CDI spec.
+`rdma`, `driver`, `fabric_manager` and `container_toolkit`) for the roles that follow the preflight, and the toolkit's
+settings check (container_runtime's `cdi_spec`) for the CDI spec.
 
 Each answer is what that role's own module would return with the role's settings, run in check mode in this process:
 the same code on the same node, so a role that finds its answer made with its settings, and nothing changed on the node
@@ -183,3 +183,26 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
     except (Refused, RuntimeError, OSError, ValueError):
         result = None
     return {"settings": shown, "result": None if view.warnings else result}
+
+
+def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
+    """container_runtime's settings check (validate_only) with these of its options, in check mode: the container_toolkit
+    role's first round trip. Its CDI spec's check (`cdi_spec`, the spec's settings without the GPUs) with this read's GPUs,
+    where the driver answers with some (as the role generates the spec only then); the packages' versions through `host`
+    where given. The settings are returned as given, for the role to compare with its own."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime_run
+
+    resolved = dict(given, validate_only=True)
+    spec = resolved.pop("cdi_spec", None)
+    nvml = info.get("nvml") or {}
+    if spec is not None and nvml.get("status") == "ok" and nvml.get("gpus"):
+        resolved["cdi_spec"] = dict(spec, gpu_info=info)
+    params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
+    if params is None or params["state"] != "present":
+        return {"settings": given, "result": None}
+    view = ModuleView(module, params)
+    try:
+        result: dict[str, Any] | None = container_runtime_run.validate(view, host)
+    except (Refused, RuntimeError, OSError, ValueError):
+        result = None
+    return {"settings": given, "result": None if view.warnings else result}

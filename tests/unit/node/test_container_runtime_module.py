@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, container_runtime_run
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
 from ..harness import call
@@ -43,7 +43,7 @@ def node(tmp_path, monkeypatch):
 
     monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
     # containerd 2.x's default imports, here under the test's own /etc.
-    monkeypatch.setattr(container_runtime, "DEFAULT_IMPORTS_2X", str(etc / "containerd/conf.d/*.toml"))
+    monkeypatch.setattr(container_runtime_run, "DEFAULT_IMPORTS_2X", str(etc / "containerd/conf.d/*.toml"))
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                         lambda self, name, required=False, opt_dirs=None: f"/usr/bin/{name}" if name in version["installed"] else None)
 
@@ -460,3 +460,53 @@ def test_the_cdi_spec_is_answered_only_where_nothing_is_to_change_before_it(node
     assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi_spec=settings, packages=["nvidia-container-toolkit-base"])
     # Without CDI in the runtime there is no spec to answer.
     assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi="skip", cdi_spec=settings)
+
+
+def _answer(given, info):
+    """gpu_info's answer to the container_toolkit role's check, on the fixture's node."""
+    import types
+
+    module = types.SimpleNamespace(check_mode=False, _diff=True,
+                                   run_command=basic.AnsibleModule.run_command.__get__(object()),
+                                   get_bin_path=basic.AnsibleModule.get_bin_path.__get__(object()))
+    return answers.container_runtime(module, given, info)
+
+
+NVML_OK = {"nvml": {"status": "ok", "gpus": [{"index": 0}]}}
+
+
+def test_the_read_answers_the_settings_check_as_the_module_s_own_run_would(node, tmp_path, monkeypatch):
+    """The preflight's read gives the container_toolkit role the result its check would have had, made in check mode:
+    the same dict, the settings given back as asked, the CDI spec's check with the read's GPUs only where NVML has some."""
+    etc, run, _calls, version = node
+    version["installed"].add("dpkg-query")
+    asked = []
+    monkeypatch.setattr(answers, "cdi_spec", lambda module, given, refresh_unit: asked.append(given)
+                        or {"settings": given, "result": {"changed": False}})
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    paths = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
+             "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false",
+             "restart_marker": str(tmp_path / "run/gpuops/containerd.restart-pending")}
+    given = {**paths, "toolkit_mode": "cdi", "packages": ["nvidia-container-toolkit"], "validate_only": True,
+             "cdi_spec": {"path": "/var/run/cdi/nvidia.yaml", "files": [], "units": []}}
+    # Settings to change: the answer says so, as the module's check does, and changes nothing.
+    before = files(etc)
+    answer = _answer(given, NVML_OK)
+    assert answer["settings"] == given and answer["result"]["up_to_date"] is False and files(etc) == before
+    run(toolkit_mode="cdi")
+    (tmp_path / "run/gpuops/containerd.restart-pending").unlink()
+    answer = _answer(given, NVML_OK)
+    # The role's own check: the spec's settings with the GPUs.
+    own = run(**dict(given, cdi_spec={**given["cdi_spec"], "gpu_info": NVML_OK}))
+    assert own.pop("failed") is False and answer["result"] == own and answer["result"]["up_to_date"] is True
+    assert answer["result"]["cdi_spec"]["result"] == {"changed": False} and asked[-1]["gpu_info"] == NVML_OK
+    # Without GPUs in NVML's answer the role makes no spec: none is checked.
+    assert "cdi_spec" not in _answer(given, {"nvml": {"status": "driver_not_loaded", "gpus": []}})["result"]
+    # A check that warns, or refuses the settings, is not answered: the module's own run says why.
+    assert _answer({**given, "runtime": "crio"}, NVML_OK)["result"] is None
+    assert _answer({**given, "toolkit_mode": "nonsense"}, NVML_OK)["result"] is None
+    # A version 2 config under containerd 2.x: in place, but the check warns that containerd converts it.
+    (etc / "containerd/config.toml").write_text("version = 2\n")
+    run(toolkit_mode="cdi")
+    (tmp_path / "run/gpuops/containerd.restart-pending").unlink()
+    assert run(**given)["up_to_date"] and _answer(given, NVML_OK)["result"] is None

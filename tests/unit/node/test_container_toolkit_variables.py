@@ -17,7 +17,8 @@ from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
 ROOT = Path(__file__).parents[3]
 ROLE = ROOT / "roles/container_toolkit"
-NAMES = yaml.safe_load((ROLE / "vars/main.yml").read_text())["__gpuops_container_toolkit_variables"]
+RAW_VARS = yaml.safe_load((ROLE / "vars/main.yml").read_text())
+NAMES = RAW_VARS["__gpuops_container_toolkit_variables"]
 ROLE_VARS = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
 OPTIONS = yaml.safe_load(container_runtime.DOCUMENTATION)["options"]
 
@@ -45,16 +46,84 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
     tasks = (ROLE / "tasks/main.yml").read_text() + (ROLE / "vars/main.yml").read_text()
     for option, variable in NAMES.items():
         assert re.search(rf"\b{option}: .*{variable}", tasks) or re.search(rf"{variable}", tasks), (option, variable)
+    # Both runs (the settings' check and the change) pass the role's runtime settings, each option from its entry; the
+    # check also every other entry of the arguments the preflight's read is asked with (cdi_spec: with the GPUs).
     run = [t for t in yaml.safe_load((ROLE / "tasks/main.yml").read_text()) if "gpuops.nvidia.container_runtime" in t]
-    assert len(run) == 2 and all(t["gpuops.nvidia.container_runtime"]["variables"] == "{{ __gpuops_container_toolkit_variables }}"
-                                 for t in run)
+    runtime_args = RAW_VARS["__gpuops_container_toolkit_runtime_args"]
+    assert len(run) == 2
+    for task in run:
+        args = task["gpuops.nvidia.container_runtime"]
+        assert {k: v for k, v in args.items() if k in runtime_args} == {
+            k: f"{{{{ __gpuops_container_toolkit_runtime_args.{k} }}}}" for k in runtime_args}
+    check = run[0]["gpuops.nvidia.container_runtime"]
+    assert set(check) == set(runtime_args) | {"validate_only", "packages", "files", "cdi_spec"}
+    assert check["packages"] == "{{ __gpuops_container_toolkit_check_args.packages }}" and check["validate_only"] is True
+    assert check["files"] == "{{ __gpuops_container_toolkit_check_args.files }}"
+    assert check["cdi_spec"].startswith("{{ __gpuops_container_toolkit_check_args.cdi_spec | combine({'gpu_info'")
+    for key in ("validate_only", "packages", "files", "cdi_spec"):
+        assert f"'{key}'" in RAW_VARS["__gpuops_container_toolkit_check_args"], key
+    assert runtime_args["variables"] == "{{ __gpuops_container_toolkit_variables }}"
     for option, variable in NAMES.items():
         if option == "drop_in":  # through __gpuops_container_toolkit_drop_in, which reads both drop-in variables
             continue
-        for task in run:
-            args = task["gpuops.nvidia.container_runtime"]
-            if option in args:
-                assert variable in args[option], (option, args[option])
+        if option in runtime_args:
+            assert variable in runtime_args[option], (option, runtime_args[option])
+
+
+def _role_templar(**overrides):
+    """The role's defaults and variables as a play holds them; the CDI refresh units (their drop-ins are templates, which
+    need a play's loader) off unless set."""
+    loader = DataLoader()
+    overrides.setdefault("gpuops_container_toolkit_cdi_refresh", False)
+    variables = {**loader.load_from_file(str(ROLE / "defaults/main.yml"), trusted_as_template=True),
+                 **loader.load_from_file(str(ROLE / "vars/main.yml"), trusted_as_template=True), **overrides}
+    return Templar(loader=loader, variables=variables)
+
+
+def test_the_check_s_arguments_are_the_module_s_options_and_read_the_same_each_time():
+    """The preflight's read answers the check with __gpuops_container_toolkit_check_args and gives them back; the role
+    takes the answer only where they equal its own: every key an option of the module, no omit (which would drop out of
+    one side only), and the same value templated twice."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node.container_runtime_run import ARGUMENT_SPEC
+
+    templar = _role_templar(gpuops_driver_method="auto")
+    args = templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))
+    assert set(args) <= set(ARGUMENT_SPEC), set(args) - set(ARGUMENT_SPEC)
+    assert args["validate_only"] is True and args["restart_marker"] is None and args["drop_in"] is None
+    assert args["cdi_spec"]["path"] == "/var/run/cdi/nvidia.yaml" and "gpu_info" not in args["cdi_spec"]
+    assert "omit" not in json.dumps(args)
+    assert json.loads(json.dumps(args)) == templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))
+    args = _role_templar(gpuops_container_toolkit_cdi_spec=False, gpuops_container_toolkit_restart=False).template(
+        trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))
+    assert args["cdi_spec"] is None and args["restart_marker"] == ""
+
+
+@pytest.mark.parametrize(("read", "current", "taken", "answered"), [
+    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, True, False, True),
+    # Something changed on the node since the read (a role before this one changed it, the lists were refreshed).
+    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, False, False, False),
+    # The answer would put the repository's files in place: the check's own run does.
+    ({"settings": "same", "result": {"changed": True, "up_to_date": True}}, True, False, False),
+    # Asked with other settings (the driver role's method moved the driver's root), or not answered.
+    ({"settings": "other", "result": {"changed": False, "up_to_date": True}}, True, False, False),
+    ({"settings": "same", "result": None}, True, False, False),
+    (None, True, False, False),
+    # Once per run: the role run again in the play checks again.
+    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, True, True, False),
+])
+def test_the_read_s_answer_is_taken_only_where_it_was_asked_with_these_settings_and_nothing_changed(read, current, taken, answered):
+    templar = _role_templar(gpuops_driver_method="auto")
+    args = json.loads(json.dumps(templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))))
+    overrides = {"__gpuops_node_read_current": current, "gpuops_driver_method": "auto"}
+    if taken:
+        overrides["__gpuops_container_toolkit_answer_taken"] = True
+    if read is not None:
+        settings = args if read["settings"] == "same" else dict(args, drop_in="/etc/containerd/conf.d/50-other.toml")
+        overrides["__gpuops_preflight_read"] = {"container_toolkit": {"settings": settings, "result": read["result"]}}
+    answer = _role_templar(**overrides).template(trust_as_template("{{ __gpuops_container_toolkit_answer }}"))
+    assert (answer is not None) is answered
+    if answered:
+        assert answer == read["result"]
 
 
 @pytest.mark.parametrize(("version", "packages", "installed"), [

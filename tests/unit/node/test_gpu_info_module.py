@@ -135,6 +135,8 @@ def node_packages(monkeypatch):
     monkeypatch.setattr(gpu_info, "distribution_facts",
                         lambda _os: {"distribution": "Ubuntu", "distribution_major_version": "24", "os_family": "Debian",
                                      "architecture": "x86_64", "kernel": "6.8.0-45-generic"})
+    # apt's lists refreshed a minute ago (the answers planned from them are made only while they are fresh).
+    monkeypatch.setattr(gpu_info, "package_lists_age", lambda: 60)
     return seen
 
 
@@ -175,3 +177,17 @@ def test_the_answers_of_one_read_read_the_package_database_once(hw, node_package
     assert node_packages.count("dpkg-query") == 1, node_packages
     call(gpu_info.main, {"root": str(hw)})
     assert node_packages.count("dpkg-query") == 1, "a read asked for no plan reads no package database"
+
+
+@pytest.mark.parametrize("age", [3600, 86_400, None])
+def test_no_answer_made_of_the_package_lists_where_they_are_not_fresh(hw, node_packages, monkeypatch, age):
+    """Lists an hour old or more (or no apt at all) are refreshed before the roles plan, and the roles then take no
+    answer: none is planned, and no package database is read for them; nouveau's, which needs no lists, still is."""
+    monkeypatch.setattr(gpu_info, "package_lists_age", lambda: age)
+    monkeypatch.setattr(gpu_info.answers, "nouveau", lambda _module, given: {"settings": given, "result": {"changed": False}})
+    asked = {"rdma": {"module_type": "auto"}, "driver": {"method": "dkms", "branch": "580"},
+             "fabric_manager": {"mode": "auto"}, "container_toolkit": {"runtime": "auto"}}
+    res = call(gpu_info.main, {"root": str(hw), "nouveau": {"state": "blacklisted"}, **asked})
+    assert not res.get("failed") and res["package_lists_age"] == age
+    assert {name: res[name] for name in asked} == {name: {"settings": given, "result": None} for name, given in asked.items()}
+    assert res["nouveau"]["result"] is not None and "dpkg-query" not in node_packages
