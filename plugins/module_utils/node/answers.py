@@ -12,7 +12,7 @@ or warn: the role's module then runs and says so, naming the role's variables.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -63,6 +63,16 @@ def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[st
     """Another module's options as that module reads them (types, defaults); None where it would refuse them."""
     checked = ArgumentSpecValidator(spec).validate(given)
     return None if checked.error_messages else checked.validated_parameters
+
+
+def _borrowed(module: AnsibleModule, params: dict[str, Any], run: Callable[[ModuleView], dict[str, Any]]) -> dict[str, Any] | None:
+    """`run`'s result as the borrowed module's check-mode run with these parameters; None where that run would fail or
+    warn (its module's own run then says so)."""
+    view = ModuleView(module, params)
+    try:
+        return None if (result := run(view)) is None or view.warnings else result
+    except (Refused, RuntimeError, OSError, ValueError):
+        return None
 
 
 def _planned(settings: dict[str, Any], given: dict[str, Any], facts: dict[str, str]) -> dict[str, Any]:
@@ -127,12 +137,8 @@ def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any]
     settings = validated(spec, given)
     if settings is None or not facts:
         return {"settings": given, "result": None}
-    view = ModuleView(module, _plan_params(settings, info, facts))
-    try:
-        result: dict[str, Any] | None = driver_host.files_result(view, False, host)
-    except (Refused, RuntimeError, OSError, ValueError):
-        result = None
-    return {"settings": _planned(settings, given, facts), "result": None if view.warnings else result}
+    result = _borrowed(module, _plan_params(settings, info, facts), lambda view: driver_host.files_result(view, False, host))
+    return {"settings": _planned(settings, given, facts), "result": result}
 
 
 def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
@@ -177,12 +183,7 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
     params = validated(cdi_run.ARGUMENT_SPEC, resolved)
     if params is None:
         return {"settings": shown, "result": None}
-    view = ModuleView(module, params)
-    try:
-        result: dict[str, Any] | None = cdi_run.spec_result(view, False)
-    except (Refused, RuntimeError, OSError, ValueError):
-        result = None
-    return {"settings": shown, "result": None if view.warnings else result}
+    return {"settings": shown, "result": _borrowed(module, params, lambda view: cdi_run.spec_result(view, False))}
 
 
 def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
@@ -200,9 +201,4 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":
         return {"settings": given, "result": None}
-    view = ModuleView(module, params)
-    try:
-        result: dict[str, Any] | None = container_runtime_run.validate(view, host)
-    except (Refused, RuntimeError, OSError, ValueError):
-        result = None
-    return {"settings": given, "result": None if view.warnings else result}
+    return {"settings": given, "result": _borrowed(module, params, lambda view: container_runtime_run.validate(view, host))}
