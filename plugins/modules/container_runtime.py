@@ -175,7 +175,8 @@ options:
         is the answer; the container_toolkit role takes it instead of a module run of its own where it was asked with the
         role's settings and changes nothing.
       - Nothing is changed, whatever it finds. Options that module would refuse, and a spec it would refuse, are not
-        answered (C(result) in RV(cdi_spec) is null).
+        answered (C(result) in RV(cdi_spec) is null). The warnings of a check answered are this module's, after
+        C(the CDI spec's check:).
     type: dict
     version_added: 0.2.0
   restart_marker:

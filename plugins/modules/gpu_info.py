@@ -78,9 +78,9 @@ options:
         distribution, which are this read's, the distribution from os-release), in the same round trip and in check mode.
         RV(driver) is what that module would return; the driver role takes it instead of a module run of its own where it
         was asked with the role's settings, it changes nothing, and nothing changed on the node since.
-      - Nothing is changed, whatever it finds. Settings that module would refuse, a plan it would refuse and a plan with
-        warnings are not answered (C(result) in RV(driver) is null), and this module does not fail for them; the driver role's
-        run of that module says why.
+      - Nothing is changed, whatever it finds. Settings that module would refuse and a plan it would refuse are not
+        answered (C(result) in RV(driver) is null), and this module does not fail for them; the driver role's run of that
+        module says why. The warnings of a plan answered are this module's, after C(the driver role's check:).
     type: dict
     version_added: 0.2.0
   fabric_manager:
@@ -102,9 +102,10 @@ options:
         role's settings, it changes nothing, and nothing changed on the node since.
       - Its C(cdi_spec) holds the CDI spec's settings without the GPUs; the spec's check is made with this read's GPUs, and
         only where NVML answers with some (the role generates the spec only then).
-      - Nothing is changed, whatever it finds. Settings that module would refuse and a check with warnings are not answered
+      - Nothing is changed, whatever it finds. Settings that module would refuse and a check it would fail are not answered
         (C(result) in RV(container_toolkit) is null), and this module does not fail for them; the role's run of that module
-        says why.
+        says why. The warnings of a check answered are this module's, after C(the container_toolkit role's settings check:)
+        (containerd 1.6's, which has no CDI, on every run: the role takes the answer all the same).
     type: dict
     version_added: 0.2.0
 requirements:

@@ -6,8 +6,10 @@ settings check (container_runtime's `cdi_spec`) for the CDI spec.
 
 Each answer is what that role's own module would return with the role's settings, run in check mode in this process:
 the same code on the same node, so a role that finds its answer made with its settings, and nothing changed on the node
-since, takes it instead of a module run of its own. An answer is null where that module would fail, refuse the settings
-or warn: the role's module then runs and says so, naming the role's variables.
+since, takes it instead of a module run of its own. An answer is null where that module would fail or refuse the
+settings: the role's module then runs and says so, naming the role's variables. The warnings of an answer given are the
+answering module's, named by whose check they come from (a node whose containerd has no CDI would otherwise run the
+toolkit's check again on every run only to warn).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Refused(Exception):
 
 class ModuleView:
     """Another module's run inside this one: its own parameters, check mode, no diff; its failure raises Refused and its
-    warnings are kept (a warned answer is not given: the module's run shows the warning)."""
+    warnings are kept (`_borrowed` passes them on where it gives the answer)."""
 
     check_mode = True
     _diff = False
@@ -65,14 +67,20 @@ def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[st
     return None if checked.error_messages else checked.validated_parameters
 
 
-def _borrowed(module: AnsibleModule, params: dict[str, Any], run: Callable[[ModuleView], dict[str, Any]]) -> dict[str, Any] | None:
-    """`run`'s result as the borrowed module's check-mode run with these parameters; None where that run would fail or
-    warn (its module's own run then says so)."""
+def _borrowed(module: AnsibleModule, params: dict[str, Any], run: Callable[[ModuleView], dict[str, Any]],
+              whose: str) -> dict[str, Any] | None:
+    """`run`'s result as the borrowed module's check-mode run with these parameters; None where that run would fail (its
+    module's own run then says so). Its warnings become this module's, after `whose` check they are, only with an
+    answer: where none is given, the role's own run warns."""
     view = ModuleView(module, params)
     try:
-        return None if (result := run(view)) is None or view.warnings else result
+        result = run(view)
     except (Refused, RuntimeError, OSError, ValueError):
         return None
+    if result is not None:
+        for warning in view.warnings:
+            module.warn(f"{whose}: {warning}")
+    return result
 
 
 def _planned(settings: dict[str, Any], given: dict[str, Any], facts: dict[str, str]) -> dict[str, Any]:
@@ -137,7 +145,8 @@ def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any]
     settings = validated(spec, given)
     if settings is None or not facts:
         return {"settings": given, "result": None}
-    result = _borrowed(module, _plan_params(settings, info, facts), lambda view: driver_host.files_result(view, False, host))
+    result = _borrowed(module, _plan_params(settings, info, facts), lambda view: driver_host.files_result(view, False, host),
+                       "the driver role's check")
     return {"settings": _planned(settings, given, facts), "result": result}
 
 
@@ -183,7 +192,8 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
     params = validated(cdi_run.ARGUMENT_SPEC, resolved)
     if params is None:
         return {"settings": shown, "result": None}
-    return {"settings": shown, "result": _borrowed(module, params, lambda view: cdi_run.spec_result(view, False))}
+    return {"settings": shown, "result": _borrowed(module, params, lambda view: cdi_run.spec_result(view, False),
+                                                       "the CDI spec's check")}
 
 
 def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
@@ -201,4 +211,5 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":
         return {"settings": given, "result": None}
-    return {"settings": given, "result": _borrowed(module, params, lambda view: container_runtime_run.validate(view, host))}
+    return {"settings": given, "result": _borrowed(module, params, lambda view: container_runtime_run.validate(view, host),
+                                                       "the container_toolkit role's settings check")}

@@ -15,7 +15,7 @@ DRIVER = {"result": {"changed": False, "plan": {"install": [], "image_build": Fa
 ASKED = {"repository": "distro", "mode": "auto", "driver_version": None, "config": {}, "image_build": None}
 
 
-def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_here():
+def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_here_first():
     module = types.SimpleNamespace(check_mode=False, _diff=True, run_command=lambda *_a, **_k: (0, "", ""), tmpdir="/tmp/x")
     view = answers.ModuleView(module, {"a": 1})
     assert view.check_mode is True and view._diff is False and view.params == {"a": 1} and view.tmpdir == "/tmp/x"
@@ -23,6 +23,28 @@ def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_
     assert view.warnings == ["careful"]
     with pytest.raises(answers.Refused, match="no"):
         view.fail_json(msg="no", rc=1)
+
+
+def test_an_answer_s_warnings_are_the_answering_module_s_named_and_only_with_the_answer():
+    warned = []
+    module = types.SimpleNamespace(warn=warned.append)
+
+    def answered(view):
+        view.warn("containerd 1.6.20 has no CDI support")
+        return {"changed": False}
+
+    assert answers._borrowed(module, {}, answered, "the toolkit's check") == {"changed": False}
+    assert warned == ["the toolkit's check: containerd 1.6.20 has no CDI support"]
+
+    def refused(view):
+        view.warn("said before failing")
+        view.fail_json(msg="no")
+
+    # No answer: the role's own run warns (and fails), not this one.
+    assert answers._borrowed(module, {}, refused, "the toolkit's check") is None and len(warned) == 1
+    # Nested: a check answered inside a borrowed run warns through it, each naming whose check it is.
+    outer = answers._borrowed(module, {}, lambda view: answers._borrowed(view, {}, answered, "the spec's check"), "the role's check")
+    assert outer == {"changed": False} and warned[1:] == ["the role's check: the spec's check: containerd 1.6.20 has no CDI support"]
 
 
 @pytest.fixture

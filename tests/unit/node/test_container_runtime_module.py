@@ -462,11 +462,11 @@ def test_the_cdi_spec_is_answered_only_where_nothing_is_to_change_before_it(node
     assert "cdi_spec" not in run(validate_only=True, toolkit_mode="cdi", cdi="skip", cdi_spec=settings)
 
 
-def _answer(given, info):
-    """gpu_info's answer to the container_toolkit role's check, on the fixture's node."""
+def _answer(given, info, warned=None):
+    """gpu_info's answer to the container_toolkit role's check, on the fixture's node (its warnings into `warned`)."""
     import types
 
-    module = types.SimpleNamespace(check_mode=False, _diff=True,
+    module = types.SimpleNamespace(check_mode=False, _diff=True, warn=(warned if warned is not None else []).append,
                                    run_command=basic.AnsibleModule.run_command.__get__(object()),
                                    get_bin_path=basic.AnsibleModule.get_bin_path.__get__(object()))
     return answers.container_runtime(module, given, info)
@@ -502,11 +502,20 @@ def test_the_read_answers_the_settings_check_as_the_module_s_own_run_would(node,
     assert answer["result"]["cdi_spec"]["result"] == {"changed": False} and asked[-1]["gpu_info"] == NVML_OK
     # Without GPUs in NVML's answer the role makes no spec: none is checked.
     assert "cdi_spec" not in _answer(given, {"nvml": {"status": "driver_not_loaded", "gpus": []}})["result"]
-    # A check that warns, or refuses the settings, is not answered: the module's own run says why.
-    assert _answer({**given, "runtime": "crio"}, NVML_OK)["result"] is None
-    assert _answer({**given, "toolkit_mode": "nonsense"}, NVML_OK)["result"] is None
-    # A version 2 config under containerd 2.x: in place, but the check warns that containerd converts it.
+    # A check that fails, or refuses the settings, is not answered (nor are its warnings shown): the module's own run
+    # says why.
+    warned = []
+    assert _answer({**given, "runtime": "crio"}, NVML_OK, warned)["result"] is None
+    assert _answer({**given, "toolkit_mode": "nonsense"}, NVML_OK, warned)["result"] is None
+    assert warned == []
+    # A version 2 config under containerd 2.x: in place, but the check warns that containerd converts it. The answer
+    # is given all the same, its warning the read's, named as the role's check's.
     (etc / "containerd/config.toml").write_text("version = 2\n")
     run(toolkit_mode="cdi")
     (tmp_path / "run/gpuops/containerd.restart-pending").unlink()
-    assert run(**given)["up_to_date"] and _answer(given, NVML_OK)["result"] is None
+    own_warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda _self, warning: own_warnings.append(warning))
+    assert run(**given)["up_to_date"] and any("converts it" in warning for warning in own_warnings)
+    answer = _answer(given, NVML_OK, warned)
+    assert answer["result"]["up_to_date"] is True
+    assert warned == [f"the container_toolkit role's settings check: {warning}" for warning in own_warnings]
