@@ -174,6 +174,10 @@ options:
         O(units) among them are taken only where the toolkit has its refresh units (RV(cdi_refresh_unit)). RV(cdi_spec)
         is the answer; the container_toolkit role takes it instead of a module run of its own where it was asked with the
         role's settings and changes nothing.
+      - Where the spec is not made on the node (no CDI in the runtime) but the toolkit has its refresh units
+        (RV(cdi_refresh_unit)) and these options hold some of their O(files) or O(units), answer instead the
+        M(gpuops.nvidia.node_files) module's check of those (RV(cdi_refresh)), as the container_toolkit role keeps them
+        with that module then.
       - Nothing is changed, whatever it finds. Options that module would refuse, and a spec it would refuse, are not
         answered (C(result) in RV(cdi_spec) is null). The warnings of a check answered are this module's, after
         C(the CDI spec's check:).
@@ -339,6 +343,14 @@ cdi_spec:
   returned: when O(validate_only) and O(cdi_spec) are set and nothing is to change before it
   type: dict
   sample: {settings: {path: /var/run/cdi/nvidia.yaml, files: [], units: []}, result: {changed: false, devices: ["0", all]}}
+cdi_refresh:
+  description:
+    - With O(cdi_spec) where nothing is to change before it, CDI is off in the runtime and the toolkit has its refresh
+      units, the refresh units' files and units from O(cdi_spec) (C(settings)) and what node_files would return with them
+      in check mode (C(result), null where that module would fail).
+  returned: when O(validate_only) and O(cdi_spec) are set, nothing is to change before it and CDI is off in the runtime
+  type: dict
+  sample: {settings: {files: [], units: [{name: nvidia-cdi-refresh.path, enabled: true, state: started}]}, result: {changed: false}}
 """
 
 import json

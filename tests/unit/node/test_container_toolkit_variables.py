@@ -126,6 +126,40 @@ def test_the_read_s_answer_is_taken_only_where_it_was_asked_with_these_settings_
         assert answer == read["result"]
 
 
+REFRESH_FILES = [{"path": "/etc/systemd/system/nvidia-cdi-refresh.service.d/50-gpuops.conf", "content": "x", "mode": "0644"}]
+REFRESH_UNITS = [{"name": "nvidia-cdi-refresh.path", "enabled": True, "state": "started"}]
+
+
+@pytest.mark.parametrize(("answer", "since", "taken"), [
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": {"changed": False}}, {}, True),
+    # The units would change: node_files' own run changes them.
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": {"changed": True}}, {}, False),
+    # Asked with other files (the spec's options changed the drop-in), not answered, or not asked.
+    ({"settings": {"files": [], "units": REFRESH_UNITS}, "result": {"changed": False}}, {}, False),
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": None}, {}, False),
+    (None, {}, False),
+    # Something changed since the check: the runtime's config, the repository, the packages.
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": {"changed": False}},
+     {"__gpuops_container_toolkit_apply": {"changed": True}}, False),
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": {"changed": False}},
+     {"__gpuops_container_toolkit_repo_changed": True}, False),
+    ({"settings": {"files": REFRESH_FILES, "units": REFRESH_UNITS}, "result": {"changed": False}},
+     {"__gpuops_container_toolkit_install": {"changed": True}}, False),
+])
+def test_the_check_s_refresh_units_answer_is_taken_where_asked_with_these_units_and_nothing_changed_since(answer, since, taken):
+    """Where the spec is not made here (containerd 1.6), the check answers node_files' run for the refresh units; the
+    role leaves that run out only on the terms it leaves out the spec's."""
+    check = {"up_to_date": True} if answer is None else {"up_to_date": True, "cdi_refresh": answer}
+    overrides = {"__gpuops_container_toolkit_check": check, "__gpuops_container_toolkit_refresh_files": REFRESH_FILES,
+                 "__gpuops_container_toolkit_refresh_units": REFRESH_UNITS, "__gpuops_container_toolkit_repo_changed": False,
+                 "__gpuops_container_toolkit_apply": {"skipped": True, "changed": False},
+                 "__gpuops_container_toolkit_install": {"skipped": True, "changed": False}, **since}
+    got = _role_templar(**overrides).template(trust_as_template("{{ __gpuops_container_toolkit_refresh_answer }}"))
+    assert (got is not None) is taken
+    if taken:
+        assert got == answer["result"]
+
+
 @pytest.mark.parametrize(("version", "packages", "installed"), [
     ("", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": "0.12.4-1", "python3-yaml": "6.0.1-2"}, True),
     ("", {"nvidia-container-toolkit": "1.18.2-1", "python3-tomlkit": None, "python3-yaml": "6.0.1-2"}, False),
