@@ -106,7 +106,7 @@ options:
       - Nothing is changed, whatever it finds. Settings that module would refuse and a check it would fail are not answered
         (C(result) in RV(container_toolkit) is null), and this module does not fail for them; the role's run of that module
         says why. The warnings of a check answered are this module's, after C(the container_toolkit role's settings check:)
-        (containerd 1.6's, which has no CDI, on every run: the role takes the answer all the same).
+        (containerd 1.6's, which has no CDI, on every run; the role takes the answer all the same).
     type: dict
     version_added: 0.2.0
 requirements:

@@ -192,8 +192,8 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
     params = validated(cdi_run.ARGUMENT_SPEC, resolved)
     if params is None:
         return {"settings": shown, "result": None}
-    return {"settings": shown, "result": _borrowed(module, params, lambda view: cdi_run.spec_result(view, False),
-                                                       "the CDI spec's check")}
+    result = _borrowed(module, params, lambda view: cdi_run.spec_result(view, False), "the CDI spec's check")
+    return {"settings": shown, "result": result}
 
 
 def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
@@ -231,5 +231,6 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":
         return {"settings": given, "result": None}
-    return {"settings": given, "result": _borrowed(module, params, lambda view: container_runtime_run.validate(view, host),
-                                                       "the container_toolkit role's settings check")}
+    result = _borrowed(module, params, lambda view: container_runtime_run.validate(view, host),
+                       "the container_toolkit role's settings check")
+    return {"settings": given, "result": result}
