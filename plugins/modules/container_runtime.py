@@ -174,13 +174,21 @@ options:
         O(units) among them are taken only where the toolkit has its refresh units (RV(cdi_refresh_unit)). RV(cdi_spec)
         is the answer; the container_toolkit role takes it instead of a module run of its own where it was asked with the
         role's settings and changes nothing.
-      - Where the spec is not made on the node (no CDI in the runtime) but the toolkit has its refresh units
-        (RV(cdi_refresh_unit)) and these options hold some of their O(files) or O(units), answer instead the
-        M(gpuops.nvidia.node_files) module's check of those (RV(cdi_refresh)), as the container_toolkit role keeps them
-        with that module then.
       - Nothing is changed, whatever it finds. Options that module would refuse, and a spec it would refuse, are not
         answered (C(result) in RV(cdi_spec) is null). The warnings of a check answered are this module's, after
         C(the CDI spec's check:).
+      - Answered only where its C(gpu_info) has GPUs (the role makes the spec only then).
+    type: dict
+    version_added: 0.2.0
+  cdi_refresh:
+    description:
+      - With O(validate_only), the O(files) and O(units) of the toolkit's CDI refresh units, as the container_toolkit role
+        keeps them with M(gpuops.nvidia.node_files) where it makes no CDI spec on the node. Where nothing is to change
+        before it (as for O(cdi_spec)), the toolkit has its refresh units (RV(cdi_refresh_unit)) and O(cdi_spec) is not
+        answered (no CDI in the runtime, as containerd 1.6, no GPUs in its C(gpu_info), or no O(cdi_spec)), answer that
+        module's check with them, in this round trip and in check mode (RV(cdi_refresh)).
+      - Nothing is changed, whatever it finds. Options that module would refuse are not answered (C(result) in
+        RV(cdi_refresh) is null).
     type: dict
     version_added: 0.2.0
   restart_marker:
@@ -345,10 +353,10 @@ cdi_spec:
   sample: {settings: {path: /var/run/cdi/nvidia.yaml, files: [], units: []}, result: {changed: false, devices: ["0", all]}}
 cdi_refresh:
   description:
-    - With O(cdi_spec) where nothing is to change before it, CDI is off in the runtime and the toolkit has its refresh
-      units, the refresh units' files and units from O(cdi_spec) (C(settings)) and what node_files would return with them
-      in check mode (C(result), null where that module would fail).
-  returned: when O(validate_only) and O(cdi_spec) are set, nothing is to change before it and CDI is off in the runtime
+    - With O(cdi_refresh) where it is answered, the options it was asked with (C(settings)) and what node_files would
+      return with them in check mode (C(result), null where that module would fail).
+  returned: when O(validate_only) and O(cdi_refresh) are set, nothing is to change before it, the toolkit has its refresh
+    units and O(cdi_spec) is not answered
   type: dict
   sample: {settings: {files: [], units: [{name: nvidia-cdi-refresh.path, enabled: true, state: started}]}, result: {changed: false}}
 """

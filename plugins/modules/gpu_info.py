@@ -101,8 +101,8 @@ options:
         would return; the container_toolkit role takes it instead of a module run of its own where it was asked with the
         role's settings, it changes nothing, and nothing changed on the node since.
       - Its C(cdi_spec) holds the CDI spec's settings without the GPUs; the spec's check is made with this read's GPUs, and
-        only where NVML answers with some (the role generates the spec only then); without, the check of the refresh units
-        alone (RV(gpuops.nvidia.container_runtime#module:cdi_refresh)).
+        only where NVML answers with some (the role generates the spec only then); its C(cdi_refresh), the refresh units'
+        check, where the spec's is not made.
       - Nothing is changed, whatever it finds. Settings that module would refuse and a check it would fail are not answered
         (C(result) in RV(container_toolkit) is null), and this module does not fail for them; the role's run of that module
         says why. The warnings of a check answered are this module's, after C(the container_toolkit role's settings check:)

@@ -197,9 +197,9 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
 
 
 def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
-    """The node_files module's check-mode result with the refresh units' files and units (`given`: the CDI spec's
-    settings), answered in container_runtime's check where the spec is not generated on the node (no CDI in the runtime)
-    but the toolkit has its refresh units: the container_toolkit role keeps them with that module then."""
+    """The node_files module's check-mode result with the refresh units' files and units (`given`), answered in
+    container_runtime's check where no CDI spec is made on the node (no CDI in the runtime, no GPUs, none asked for) but
+    the toolkit has its refresh units: the container_toolkit role keeps them with that module then."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files
 
@@ -218,16 +218,16 @@ def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
 def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
     """container_runtime's settings check (validate_only) with these of its options, in check mode: the container_toolkit
     role's first round trip. Its CDI spec's check (`cdi_spec`, the spec's settings without the GPUs) with this read's GPUs,
-    where the driver answers with some (as the role generates the spec only then; without, the refresh units' check
-    alone, as the role passes the settings then); the packages' versions through `host`
+    where the driver answers with some (as the role generates the spec only then), else its refresh units' check
+    (`cdi_refresh`); the packages' versions through `host`
     where given. The settings are returned as given, for the role to compare with its own."""
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime_run
 
     resolved = dict(given, validate_only=True)
     spec = resolved.pop("cdi_spec", None)
     nvml = info.get("nvml") or {}
-    if spec is not None:
-        resolved["cdi_spec"] = dict(spec, gpu_info=info) if nvml.get("status") == "ok" and nvml.get("gpus") else spec
+    if spec is not None and nvml.get("status") == "ok" and nvml.get("gpus"):
+        resolved["cdi_spec"] = dict(spec, gpu_info=info)
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":
         return {"settings": given, "result": None}

@@ -48,6 +48,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     "record": {"type": "path", "default": "/etc/gpuops-nvidia/container-runtime.json"},
     "cdi_spec": {"type": "dict"},
+    "cdi_refresh": {"type": "dict"},
     **nf.ARGUMENT_SPEC,
 }
 
@@ -269,13 +270,13 @@ def validate(module: AnsibleModule, host: Host | None = None) -> dict[str, Any]:
         tracker.update(check)
     # Where nothing is to change before it (the settings in place, the packages and repository there), the CDI spec's
     # check too (with GPUs, as the role makes the spec only then), for the container_toolkit role to take instead of its
-    # own round trip; where the spec is not made here (no CDI in the runtime, no GPUs), the check of the refresh units
-    # the role keeps then.
-    if p["cdi_spec"] is not None and check["up_to_date"] and not result["image_build"] and not check["changed"] \
+    # own round trip; where no spec is made here (no CDI in the runtime, no GPUs, none asked for), the check of the
+    # refresh units the role keeps then, where the toolkit has them.
+    if check["up_to_date"] and not result["image_build"] and not check["changed"] \
             and all(v is not None for v in result["packages"].values()):
-        nvml = (p["cdi_spec"].get("gpu_info") or {}).get("nvml") or {}
-        if check["cdi_enabled"] and nvml.get("status") == "ok" and nvml.get("gpus"):
+        nvml = ((p["cdi_spec"] or {}).get("gpu_info") or {}).get("nvml") or {}
+        if p["cdi_spec"] is not None and check["cdi_enabled"] and nvml.get("status") == "ok" and nvml.get("gpus"):
             check["cdi_spec"] = answers.cdi_spec(module, p["cdi_spec"], result["cdi_refresh_unit"])
-        elif result["cdi_refresh_unit"] and (p["cdi_spec"].get("files") or p["cdi_spec"].get("units")):
-            check["cdi_refresh"] = answers.cdi_refresh(module, p["cdi_spec"])
+        elif p["cdi_refresh"] is not None and result["cdi_refresh_unit"]:
+            check["cdi_refresh"] = answers.cdi_refresh(module, p["cdi_refresh"])
     return {**check, **result}

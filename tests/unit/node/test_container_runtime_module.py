@@ -469,7 +469,7 @@ def test_the_cdi_spec_is_answered_only_where_nothing_is_to_change_before_it(node
 def test_without_cdi_in_the_runtime_the_refresh_units_are_answered_instead_of_the_spec(node, tmp_path, monkeypatch):
     """containerd 1.6 (Debian 12) has no CDI: the role makes no spec there but keeps the toolkit's refresh units with
     node_files; the check answers that module's check-mode run (the real one, on files here), on the same terms as the
-    spec's, and only where the toolkit has the units."""
+    spec's, and only where the toolkit has the units and the spec is not answered."""
     etc, run, _calls, version = node
     version["installed"].add("dpkg-query")
     version["out"] = "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n"
@@ -477,10 +477,11 @@ def test_without_cdi_in_the_runtime_the_refresh_units_are_answered_instead_of_th
     monkeypatch.setattr(container_runtime_run, "UNIT_DIRS", (str(units),))
     (etc / "containerd/config.toml").write_text((RECORDED / "containerd-1.6.20-debian-config.toml").read_text())
     drop = tmp_path / "etc/systemd/system/nvidia-cdi-refresh.service.d/50-gpuops.conf"
-    settings = {"path": "/var/run/cdi/nvidia.yaml", "units": [],
-                "files": [{"path": str(drop.parent), "state": "directory", "mode": "0755"},
-                          {"path": str(drop), "content": "[Service]\n", "mode": "0644"}]}
-    asked = {"validate_only": True, "toolkit_mode": "cdi", "cdi_spec": settings, "packages": ["nvidia-container-toolkit"]}
+    settings = {"units": [], "files": [{"path": str(drop.parent), "state": "directory", "mode": "0755"},
+                                       {"path": str(drop), "content": "[Service]\n", "mode": "0644"}]}
+    spec = {"path": "/var/run/cdi/nvidia.yaml", **settings, "gpu_info": {"nvml": {"status": "ok", "gpus": [{"index": 0}]}}}
+    asked = {"validate_only": True, "toolkit_mode": "cdi", "cdi_spec": spec, "cdi_refresh": settings,
+             "packages": ["nvidia-container-toolkit"]}
     assert not run(toolkit_mode="cdi")["failed"]
     (tmp_path / "run/gpuops/containerd.restart-pending").unlink()
     checked = run(**asked)
@@ -490,15 +491,17 @@ def test_without_cdi_in_the_runtime_the_refresh_units_are_answered_instead_of_th
     (units / "nvidia-cdi-refresh.path").write_text("[Path]\n")
     # The drop-in not there yet: the answer says node_files would write it, and nothing is written.
     checked = run(**asked)
-    assert checked["cdi_refresh"]["settings"] == {"files": settings["files"], "units": []}
+    assert checked["cdi_refresh"]["settings"] == settings
     assert checked["cdi_refresh"]["result"]["changed"] is True and not drop.exists()
     # In place: unchanged, as node_files' own run says.
     drop.parent.mkdir(parents=True)
     drop.write_text("[Service]\n")
     drop.chmod(0o644)
     assert run(**asked)["cdi_refresh"]["result"]["changed"] is False
-    # No refresh units asked for (gpuops_container_toolkit_cdi_refresh: false): nothing to answer.
-    assert "cdi_refresh" not in run(**dict(asked, cdi_spec=dict(settings, files=[])))
+    # Without the spec's settings (gpuops_container_toolkit_cdi_spec: false) the same; no refresh units asked for
+    # (gpuops_container_toolkit_cdi_refresh: false): nothing to answer.
+    assert run(**dict(asked, cdi_spec=None))["cdi_refresh"]["result"]["changed"] is False
+    assert "cdi_refresh" not in run(**dict(asked, cdi_refresh=None))
     # A package the role installs that is not there yet: its install comes first.
     assert "cdi_refresh" not in run(**dict(asked, packages=["nvidia-container-toolkit-base"]))
 

@@ -56,11 +56,12 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
         assert {k: v for k, v in args.items() if k in runtime_args} == {
             k: f"{{{{ __gpuops_container_toolkit_runtime_args.{k} }}}}" for k in runtime_args}
     check = run[0]["gpuops.nvidia.container_runtime"]
-    assert set(check) == set(runtime_args) | {"validate_only", "packages", "files", "cdi_spec"}
+    assert set(check) == set(runtime_args) | {"validate_only", "packages", "files", "cdi_spec", "cdi_refresh"}
+    assert check["cdi_refresh"] == "{{ __gpuops_container_toolkit_check_args.cdi_refresh }}"
     assert check["packages"] == "{{ __gpuops_container_toolkit_check_args.packages }}" and check["validate_only"] is True
     assert check["files"] == "{{ __gpuops_container_toolkit_check_args.files }}"
     assert check["cdi_spec"].startswith("{{ __gpuops_container_toolkit_check_args.cdi_spec | combine({'gpu_info'")
-    for key in ("validate_only", "packages", "files", "cdi_spec"):
+    for key in ("validate_only", "packages", "files", "cdi_spec", "cdi_refresh"):
         assert f"'{key}'" in RAW_VARS["__gpuops_container_toolkit_check_args"], key
     assert runtime_args["variables"] == "{{ __gpuops_container_toolkit_variables }}"
     for option, variable in NAMES.items():
@@ -91,6 +92,7 @@ def test_the_check_s_arguments_are_the_module_s_options_and_read_the_same_each_t
     assert set(args) <= set(ARGUMENT_SPEC), set(args) - set(ARGUMENT_SPEC)
     assert args["validate_only"] is True and args["restart_marker"] is None and args["drop_in"] is None
     assert args["cdi_spec"]["path"] == "/var/run/cdi/nvidia.yaml" and "gpu_info" not in args["cdi_spec"]
+    assert args["cdi_refresh"] is None, "the refresh units off (the templar's default): none to check"
     assert "omit" not in json.dumps(args)
     assert json.loads(json.dumps(args)) == templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))
     args = _role_templar(gpuops_container_toolkit_cdi_spec=False, gpuops_container_toolkit_restart=False).template(
@@ -151,6 +153,7 @@ def test_the_check_s_refresh_units_answer_is_taken_where_asked_with_these_units_
     role leaves that run out only on the terms it leaves out the spec's."""
     check = {"up_to_date": True} if answer is None else {"up_to_date": True, "cdi_refresh": answer}
     overrides = {"__gpuops_container_toolkit_check": check, "__gpuops_container_toolkit_refresh_files": REFRESH_FILES,
+                 "gpuops_container_toolkit_cdi_refresh": True,
                  "__gpuops_container_toolkit_refresh_units": REFRESH_UNITS, "__gpuops_container_toolkit_repo_changed": False,
                  "__gpuops_container_toolkit_apply": {"skipped": True, "changed": False},
                  "__gpuops_container_toolkit_install": {"skipped": True, "changed": False}, **since}
