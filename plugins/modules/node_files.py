@@ -81,16 +81,13 @@ changed_paths:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec={**nf.ARGUMENT_SPEC, "image_build": IMAGE_BUILD_ARG}, supports_check_mode=True)
-    tracker = ChangeTracker(module._diff, always_list=True)
-    result = nf.ensure(module, tracker, image_build=image_build_setting(module.params["image_build"]))
-    module.exit_json(**tracker.update(result))
+    module.exit_json(**nf.module_result(module, image_build=image_build_setting(module.params["image_build"])))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,12 @@ def shared_host(module: AnsibleModule) -> Host:
     return Host.of(module)
 
 
+def gpus_seen(info: Mapping[str, Any] | None) -> bool:
+    """Whether this gpu_info's NVML answered with GPUs: the container_toolkit role makes the CDI spec only then."""
+    nvml = (info or {}).get("nvml") or {}
+    return nvml.get("status") == "ok" and bool(nvml.get("gpus"))
+
+
 def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[str, Any] | None:
     """Another module's options as that module reads them (types, defaults); None where it would refuse them."""
     checked = ArgumentSpecValidator(spec).validate(given)
@@ -200,19 +206,15 @@ def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
     """The node_files module's check-mode result with the refresh units' files and units (`given`), answered in
     container_runtime's check where no CDI spec is made on the node (no CDI in the runtime, no GPUs, none asked for) but
     the toolkit has its refresh units: the container_toolkit role keeps them with that module then."""
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._common.changes import ChangeTracker
     from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files
 
     settings = {"files": given.get("files") or [], "units": given.get("units") or []}
     params = validated(node_files.ARGUMENT_SPEC, settings)
     if params is None:
         return {"settings": settings, "result": None}
-
-    def run(view: ModuleView) -> dict[str, Any]:
-        tracker = ChangeTracker(False, always_list=True)  # as the module's run, without the diff
-        return tracker.update(node_files.ensure(view, tracker, image_build=False))
-
-    return {"settings": settings, "result": _borrowed(module, params, run, "the CDI refresh units' check")}
+    result = _borrowed(module, params, lambda view: node_files.module_result(view, image_build=False),
+                       "the CDI refresh units' check")
+    return {"settings": settings, "result": result}
 
 
 def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
@@ -225,8 +227,7 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
 
     resolved = dict(given, validate_only=True)
     spec = resolved.pop("cdi_spec", None)
-    nvml = info.get("nvml") or {}
-    if spec is not None and nvml.get("status") == "ok" and nvml.get("gpus"):
+    if spec is not None and gpus_seen(info):
         resolved["cdi_spec"] = dict(spec, gpu_info=info)
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":

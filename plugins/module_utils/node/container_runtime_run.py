@@ -274,8 +274,7 @@ def validate(module: AnsibleModule, host: Host | None = None) -> dict[str, Any]:
     # refresh units the role keeps then, where the toolkit has them.
     if check["up_to_date"] and not result["image_build"] and not check["changed"] \
             and all(v is not None for v in result["packages"].values()):
-        nvml = ((p["cdi_spec"] or {}).get("gpu_info") or {}).get("nvml") or {}
-        if p["cdi_spec"] is not None and check["cdi_enabled"] and nvml.get("status") == "ok" and nvml.get("gpus"):
+        if p["cdi_spec"] is not None and check["cdi_enabled"] and answers.gpus_seen(p["cdi_spec"].get("gpu_info")):
             check["cdi_spec"] = answers.cdi_spec(module, p["cdi_spec"], result["cdi_refresh_unit"])
         elif p["cdi_refresh"] is not None and result["cdi_refresh_unit"]:
             check["cdi_refresh"] = answers.cdi_refresh(module, p["cdi_refresh"])

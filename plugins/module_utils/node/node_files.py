@@ -346,6 +346,13 @@ def apply(module: AnsibleModule, files: list[FileSpec], units: list[UnitSpec], t
     return outcome
 
 
+def module_result(module: AnsibleModule, *, image_build: bool) -> dict[str, Any]:
+    """The node_files module's result for the module's `files` and `units`, its diff as the module shows it (the
+    container_runtime check's answer for the toolkit's refresh units is this, run in check mode)."""
+    tracker = ChangeTracker(module._diff, always_list=True)
+    return tracker.update(ensure(module, tracker, image_build=image_build))
+
+
 def ensure(module: AnsibleModule, tracker: ChangeTracker, *, image_build: bool, files_entries: Sequence[Mapping[str, Any]] | None = None,
            units_entries: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The files and units given (else the module's `files` and `units` options), node_files' way: what node_files returns

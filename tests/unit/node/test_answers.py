@@ -15,7 +15,7 @@ DRIVER = {"result": {"changed": False, "plan": {"install": [], "image_build": Fa
 ASKED = {"repository": "distro", "mode": "auto", "driver_version": None, "config": {}, "image_build": None}
 
 
-def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_here_first():
+def test_a_borrowed_module_runs_in_check_mode_and_its_failure_and_warnings_stay_here():
     module = types.SimpleNamespace(check_mode=False, _diff=True, run_command=lambda *_a, **_k: (0, "", ""), tmpdir="/tmp/x")
     view = answers.ModuleView(module, {"a": 1})
     assert view.check_mode is True and view._diff is False and view.params == {"a": 1} and view.tmpdir == "/tmp/x"
