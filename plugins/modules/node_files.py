@@ -87,7 +87,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import
 
 def main() -> None:
     module = AnsibleModule(argument_spec={**nf.ARGUMENT_SPEC, "image_build": IMAGE_BUILD_ARG}, supports_check_mode=True)
-    module.exit_json(**nf.module_result(module, image_build=image_build_setting(module.params["image_build"])))
+    module.exit_json(**nf.module_result(module, diff=module._diff, image_build=image_build_setting(module.params["image_build"])))
 
 
 if __name__ == "__main__":

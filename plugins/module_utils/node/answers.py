@@ -212,7 +212,7 @@ def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
     params = validated(node_files.ARGUMENT_SPEC, settings)
     if params is None:
         return {"settings": settings, "result": None}
-    result = _borrowed(module, params, lambda view: node_files.module_result(view, image_build=False),
+    result = _borrowed(module, params, lambda view: node_files.module_result(view, diff=view._diff, image_build=False),
                        "the CDI refresh units' check")
     return {"settings": settings, "result": result}
 

@@ -346,10 +346,11 @@ def apply(module: AnsibleModule, files: list[FileSpec], units: list[UnitSpec], t
     return outcome
 
 
-def module_result(module: AnsibleModule, *, image_build: bool) -> dict[str, Any]:
-    """The node_files module's result for the module's `files` and `units`, its diff as the module shows it (the
-    container_runtime check's answer for the toolkit's refresh units is this, run in check mode)."""
-    tracker = ChangeTracker(module._diff, always_list=True)
+def module_result(module: AnsibleModule, *, diff: bool, image_build: bool) -> dict[str, Any]:
+    """The node_files module's result for the module's `files` and `units`, with its diff where `diff` (the module's
+    diff mode) asks for it (the container_runtime check's answer for the toolkit's refresh units is this, run in check
+    mode)."""
+    tracker = ChangeTracker(diff, always_list=True)
     return tracker.update(ensure(module, tracker, image_build=image_build))
 
 
