@@ -128,6 +128,26 @@ def test_the_read_s_answer_is_taken_only_where_it_was_asked_with_these_settings_
         assert answer == read["result"]
 
 
+@pytest.mark.parametrize(("here", "answer", "registered", "want"), [
+    # The check answered the spec: its result stands (the spec's task was left out, a skipped result).
+    (True, {"changed": False, "devices": ["nvidia.com/gpu=0"]}, {"skipped": True, "changed": False}, "answer"),
+    # Not answered: the spec's own run.
+    (True, None, {"changed": True, "devices": ["nvidia.com/gpu=0", "nvidia.com/gpu=all"]}, "registered"),
+    # No spec made here: the skipped task, whatever an answer said (no devices, not changed).
+    (False, {"changed": False, "devices": ["nvidia.com/gpu=0"]}, {"skipped": True, "changed": False}, "registered"),
+])
+def test_the_spec_s_result_is_the_check_s_answer_where_it_stands_else_the_spec_task_s(here, answer, registered, want):
+    """The role's last task reads the CDI devices and whether the spec changed from __gpuops_container_toolkit_cdi_result
+    (no task of its own sets it)."""
+    got = _role_templar(__gpuops_container_toolkit_cdi_spec_here=here, __gpuops_container_toolkit_cdi_answer=answer,
+                        __gpuops_container_toolkit_cdi_spec=registered).template(
+        trust_as_template("{{ __gpuops_container_toolkit_cdi_result }}"))
+    assert got == (answer if want == "answer" else registered)
+    last = yaml.safe_load((ROLE / "tasks/main.yml").read_text())[-1]["ansible.builtin.set_fact"]
+    assert "__gpuops_container_toolkit_cdi_result.devices" in last["gpuops_container_toolkit_cdi_devices"]
+    assert "__gpuops_container_toolkit_cdi_result]" in last["gpuops_node_changed"]
+
+
 REFRESH_FILES = [{"path": "/etc/systemd/system/nvidia-cdi-refresh.service.d/50-gpuops.conf", "content": "x", "mode": "0644"}]
 REFRESH_UNITS = [{"name": "nvidia-cdi-refresh.path", "enabled": True, "state": "started"}]
 
