@@ -6,8 +6,10 @@ does (kernel, containerd), then times:
 
 - the first install of `node.yml` on one machine alone (DKMS; Canonical's precompiled modules are not
   reachable from the lab, so that row says so), then on the other two at once;
-- a no-op `node.yml` on one machine and on the three (and the ratio), a check-mode run on a converged node;
-- a no-op `site.yml` on the three, after a first one;
+- a no-op `node.yml` on one machine and on the three (and the ratio), each the median of three runs taken in
+  turn, with the controller's CPU seconds (a small machine runs the lab's machines and the controller on the same
+  cores); a check-mode run on a converged node;
+- a no-op `site.yml` on the three, after a first one, the median of three;
 - `gpu_info` on the 8-GPU profile (HGX H100): one read, in process, against the profile's sysfs and NVML;
 - `upgrade_driver.yml` on one node (580 to 615, DKMS, with Fabric Manager);
 - `cluster.yml` on a thousand KWOK nodes (no machines), first and no-op; the first run's own work is its time
@@ -25,6 +27,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,6 +52,8 @@ FIRST = "bench-noble"
 # newest), as in the default scenario's rollout.
 FIRST_BRANCH, UPGRADE_BRANCH = "580", "615"
 UPGRADE_ROW = "upgrade_driver.yml, 1 node"
+# Runs of each no-op playbook row: its figure is their median.
+NOOP_RUNS = 3
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
 WAITED = re.compile(r"waited ([0-9.]+)s for their resources, ([0-9.]+)s for the smoke tests")
 
@@ -75,6 +80,8 @@ class Bench:
     # Beside the table (docs/bench.json), in the repository: a part measured on another machine or in another
     # checkout keeps its figures there, where the state directory would lose them.
     results: Path | None = None
+    # The controller's CPU seconds (user and system) of the last playbook run.
+    last_cpu: float = 0.0
 
     # -- running things ----------------------------------------------------------------------
     def lab(self, *args: str, state: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -96,11 +103,12 @@ class Bench:
                  env: dict[str, str] | None = None) -> tuple[float, dict[str, dict[str, int]], str]:
         """Run a playbook, return (seconds, the recap per host, the output); any failed host stops the bench."""
         cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *extra, str(REPO / "playbooks" / playbook)]
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _children_cpu()
         env = {"ANSIBLE_NOCOLOR": "1", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", **({"ANSIBLE_FORKS": str(forks)} if forks else {}),
                **(env or {})}
         res = self._run(cmd, check=False, env=env)
         took = time.monotonic() - t0
+        self.last_cpu = _children_cpu() - cpu0
         recap = {m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5]),
                         "skipped": int(m[6])} for m in RECAP.finditer(res.stdout)}
         if res.returncode != 0 or not recap or any(r["failed"] or r["unreachable"] for r in recap.values()):
@@ -114,8 +122,22 @@ class Bench:
         print(f"bench: {what}: {_seconds(seconds)}{'' if seconds is None else 's'} {note}".rstrip(), flush=True)
 
 
+def _children_cpu() -> float:
+    """User and system seconds of the bench's finished children: a playbook run's controller (ansible-playbook, its
+    workers and their SSH clients), not the machines, which `lab up` started."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _seconds(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.3f}" if seconds < 1 else f"{seconds:.1f}"
+
+
+def _runs(runs: list[tuple[float, float]]) -> str:
+    """'median of 3: 4.4 to 4.9s, controller CPU 3.1s' for (seconds, controller CPU seconds) of each run."""
+    took = [t for t, _cpu in runs]
+    return (f"median of {len(runs)}: {min(took):.1f} to {max(took):.1f}s, "
+            f"controller CPU {statistics.median(cpu for _t, cpu in runs):.1f}s")
 
 
 def _tasks(recap: dict[str, dict[str, int]]) -> str:
@@ -191,22 +213,37 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
     bench.add("gpu_info module on the 8-GPU machine, over SSH", statistics.median(times[1:]),
               "the whole round trip of an ad-hoc `ansible -m gpuops.nvidia.gpu_info`, median of 3 after a first")
 
-    took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST)
-    _unchanged(recap, "node.yml")
-    one = took
-    bench.add("no-op node.yml, 1 machine", took, _tasks(recap))
-    took, recap, _out = bench.playbook("node.yml", inv)
-    _unchanged(recap, "node.yml")
-    bench.add("no-op node.yml, 3 machines", took, f"{took / one:.2f}x one machine")
+    # One run's figure moves by a second or two on a small machine: each no-op row is the median of NOOP_RUNS runs, the
+    # one-machine and three-machine runs taken in turn so that a slower spell weighs on both.
+    limits: dict[str, tuple[str, ...]] = {"one": ("--limit", FIRST), "three": ()}
+    noop: dict[str, list[tuple[float, float]]] = {key: [] for key in limits}
+    recaps: dict[str, dict[str, dict[str, int]]] = {}
+    for _round in range(NOOP_RUNS):
+        for key, limit in limits.items():
+            took, recaps[key], _out = bench.playbook("node.yml", inv, *limit)
+            _unchanged(recaps[key], "node.yml")
+            noop[key].append((took, bench.last_cpu))
+    one = statistics.median(took for took, _cpu in noop["one"])
+    bench.add("no-op node.yml, 1 machine", one, f"{_runs(noop['one'])}; {_tasks(recaps['one'])}")
+    three = statistics.median(took for took, _cpu in noop["three"])
+    bench.add("no-op node.yml, 3 machines", three, f"{three / one:.2f}x one machine; {_runs(noop['three'])}")
     took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST, "--check", "--diff")
     _unchanged(recap, "check-mode node.yml")
     bench.add("check mode node.yml on a converged node", took, _tasks(recap))
 
     bench.playbook("site.yml", inv)
-    took, recap, out = bench.playbook("site.yml", inv)
-    _unchanged(recap, "site.yml")
-    waited = WAITED.search(" ".join(out.split()))
-    bench.add("no-op site.yml, 3 machines", took, f"validation waited {waited[1]}s, smoke tests {waited[2]}s" if waited else "")
+    site: list[tuple[float, float]] = []
+    waits: list[tuple[float, float]] = []
+    for _run in range(NOOP_RUNS):
+        took, recap, out = bench.playbook("site.yml", inv)
+        _unchanged(recap, "site.yml")
+        site.append((took, bench.last_cpu))
+        waited = WAITED.search(" ".join(out.split()))
+        if waited:
+            waits.append((float(waited[1]), float(waited[2])))
+    bench.add("no-op site.yml, 3 machines", statistics.median(took for took, _cpu in site),
+              f"{_runs(site)}; " + (f"validation waited at most {max(w for w, _s in waits)}s, smoke tests {max(s for _w, s in waits)}s"
+                                    if waits else "validation's waits not reported"))
 
     if upgrade:
         took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
@@ -275,7 +312,8 @@ def write_table(bench: Bench, out: Path, started: float) -> str:
         "",
         f"Written by `make bench` on {date.today().isoformat()}: {cpu} cores, {platform.system()} {platform.release()},",
         f"Python {platform.python_version()}. This run took {(time.monotonic() - started) / 60:.0f} minutes. "
-        "Each figure is one run, the machines and the cluster being the lab's (systemd-nspawn machines over SSH on "
+        f"Each figure is one run (a no-op playbook row: the median of {NOOP_RUNS}, with their spread and the controller's "
+        "CPU seconds), the machines and the cluster being the lab's (systemd-nspawn machines over SSH on "
         "loopback, a KWOK cluster); see lab/bench.py for what each step does. A part this run did not measure "
         "(`--only`, or a run that stopped) keeps the figures of the run named in the last column (kept in docs/bench.json).",
         "",

@@ -17,3 +17,9 @@ def test_a_part_not_run_and_the_upgrade_left_out_keep_their_figures(tmp_path):
     assert [r.what for r in load_results(path, ["machines"])] == ["cluster.yml, 1000 KWOK nodes, no-op"]
     assert [r.what for r in load_results(path, ["machines"], (UPGRADE_ROW,))] == [UPGRADE_ROW, "cluster.yml, 1000 KWOK nodes, no-op"]
     assert load_results(tmp_path / "none.json", ["machines"]) == []
+
+
+def test_a_no_op_row_s_note_gives_the_runs_spread_and_the_controller_s_median_cpu():
+    from lab.bench import _runs
+
+    assert _runs([(4.9, 3.0), (4.4, 3.4), (6.2, 3.1)]) == "median of 3: 4.4 to 6.2s, controller CPU 3.1s"
