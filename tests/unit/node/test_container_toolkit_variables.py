@@ -306,3 +306,23 @@ def test_each_record_path_is_written_once_and_the_driver_s_follows_its_state_dir
     literal = [str(p.relative_to(ROOT)) for p in (ROOT / "roles").rglob("tasks/*.yml")
                if "-packages" in p.read_text() and "/etc/gpuops-nvidia" in p.read_text()]
     assert literal == []
+
+
+@pytest.mark.parametrize(("manage_repo", "check", "changed", "installed", "key_missing", "include"), [
+    # A converged node: the key there, nothing changed, every package in: the install's include is left out.
+    (True, {"node_files": {"changed": False, "files": [{}, {}, {"present": True}]}}, False, True, False, False),
+    (True, {"node_files": {"changed": False, "files": [{}, {}, {"present": False}]}}, False, True, True, True),
+    # The check changed the source: the packages are read from it again.
+    (True, {"node_files": {"changed": True, "files": [{}, {}, {"present": True}]}}, False, True, False, True),
+    (True, {"node_files": {"changed": False, "files": [{}, {}, {"present": True}]}}, False, False, False, True),
+    # The repository left to the user: no files to look at, only the packages.
+    (False, {}, False, True, False, False),
+    (False, {}, False, False, False, True),
+])
+def test_the_install_s_include_runs_where_one_of_its_tasks_would(manage_repo, check, changed, installed, key_missing, include):
+    templar = _role_templar(gpuops_container_toolkit_manage_repo=manage_repo, __gpuops_container_toolkit_check=check,
+                            __gpuops_container_toolkit_key={"changed": changed}, __gpuops_container_toolkit_installed=installed)
+    assert templar.template(trust_as_template("{{ __gpuops_container_toolkit_key_missing }}")) is key_missing
+    tasks = yaml.safe_load((ROLE / "tasks/main.yml").read_text())
+    condition = next(t["when"] for t in tasks if t.get("ansible.builtin.include_tasks") == "install.yml")
+    assert templar.template(trust_as_template("{{ " + condition + " }}")) is include
