@@ -138,7 +138,7 @@ def containerd_imports(main_path: str, main_text: str | None, version: tuple[int
     """The files containerd reads after the main one, in its order: each import (relative to the main file's
     directory; a glob as its sorted matches), with containerd 2.x's default import first; (path, text or None)."""
     try:
-        listed = cr.plain(cr.parse(main_text, main_path)).get("imports") or []
+        listed = cr.read(main_text, main_path).get("imports") or []
     except cr.ConfigError:
         return []  # the plan reports the file itself
     patterns = ([DEFAULT_IMPORTS_2X] if version >= (2, 0, 0) else []) + [str(p) for p in listed if isinstance(p, str)]

@@ -448,3 +448,28 @@ def test_a_version_2_file_with_the_2x_section_gets_the_runtime_where_2x_reads_it
     p = plan((2, 2, 1), text)
     assert "nvidia" in runtimes(data(p["files"][MAIN]), cr.CRI_V3_RUNTIME)
     assert "nvidia" in runtimes(data(plan((1, 7, 12), text)["files"][MAIN]), cr.CRI_V2)
+
+
+# Reading (not editing) goes through tomllib where the Python has it; the data must be what tomlkit's parse gives, on
+# every real config the tests hold (recorded defaults, field files from cloud images and installers, the lab's planted
+# ones), and a file tomllib refuses keeps tomlkit's answer and message.
+CONFIGS = sorted([*RECORDED.glob("*.toml"), *(Path(__file__).parents[3] / "tests/data/containerd-field").glob("*.toml"),
+                  *PLANTED.rglob("*.toml")])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_reading_a_config_gives_what_tomlkit_gives(path):
+    text = path.read_text()
+    assert cr.read(text, str(path)) == cr.plain(cr.parse(text, str(path)))
+
+
+def test_reading_uses_tomllib_where_the_python_has_it():
+    import sys
+    assert (cr.tomllib is not None) == (sys.version_info >= (3, 11))
+    assert len(CONFIGS) > 20
+    assert cr.read(None, "/nothing.toml") == {} and cr.read("", "/empty.toml") == {}
+
+
+def test_a_file_tomllib_refuses_keeps_tomlkit_s_message():
+    with pytest.raises(cr.ConfigError, match=r"/etc/containerd/config.toml does not parse as TOML at line 2"):
+        cr.read('version = 2\n[plugins\n', "/etc/containerd/config.toml")
