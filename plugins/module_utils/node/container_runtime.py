@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,10 +29,10 @@ try:
     HAS_TOMLKIT = True
 except ImportError:  # pragma: no cover - the module reports missing_required_lib
     HAS_TOMLKIT = False
-try:  # Python 3.11 and later
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # pragma: no cover - Python 3.10 and before: tomlkit alone
-    tomllib = None  # type: ignore[assignment]
+else:  # pragma: no cover - Python 3.10 and before: tomlkit alone
+    tomllib = None
 
 __all__ = ["HAS_TOMLKIT"]
 
