@@ -78,7 +78,6 @@ def test_a_missing_template_is_named(render):
         render(VARIABLES, term="nothing.j2")
 
 
-
 # The container_toolkit role's refresh drop-ins (its vars render them with this lookup, where the read's answers are
 # compared): byte for byte what ansible.builtin.template's lookup made of them, so nodes converged before keep theirs.
 # Rendered by ansible-playbook on this machine (the builtin lookup needs the plugin loader, which these tests do not set
