@@ -87,7 +87,7 @@ def read(text: str | None, path: str) -> dict:
     if tomllib is not None:
         try:
             return tomllib.loads(text or "")
-        except (tomllib.TOMLDecodeError, TypeError, ValueError):
+        except tomllib.TOMLDecodeError:
             pass
     return plain(parse(text, path))
 

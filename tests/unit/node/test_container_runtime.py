@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -464,7 +465,6 @@ def test_reading_a_config_gives_what_tomlkit_gives(path):
 
 
 def test_reading_uses_tomllib_where_the_python_has_it():
-    import sys
     assert (cr.tomllib is not None) == (sys.version_info >= (3, 11))
     assert len(CONFIGS) > 20
     assert cr.read(None, "/nothing.toml") == {} and cr.read("", "/empty.toml") == {}
