@@ -35,6 +35,7 @@ from .errors import LabError
 from .hardware import load_profile, profile_names
 from .hostlock import host_lock
 from .machines import Lab, process_start, same_process, state_dir, wait_gone
+from .retry import Backoff, retry
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
 CLUSTER_NAME = "gpuops-lab"
@@ -100,6 +101,35 @@ def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
     if profile.get("nics"):
         labels["feature.node.kubernetes.io/pci-15b3.present"] = "true"
     return labels
+
+
+# The cluster's etcd keeps nothing worth keeping: no fsync, whose waits on a disk busy with the machines' builds
+# made etcd miss its request deadline (5 s plus two election timeouts) during the thousand-node create; and a
+# longer election timeout, which a single member never holds an election for past its start, for a longer deadline.
+KWOKCTL_CONFIG = """\
+kind: KwokctlConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  bindAddress: 127.0.0.1
+componentsPatches:
+- name: etcd
+  extraArgs:
+  - key: unsafe-no-fsync
+    value: "true"
+  - key: election-timeout
+    value: "5000"
+"""
+
+# What the API server answers when its backend is slow rather than when the request is wrong.
+TRANSIENT_API_ERRORS = ("etcdserver: request timed out", "etcdserver: leader changed", "Timeout: request did not complete",
+                        "the server was unable to return a response", "TLS handshake timeout",
+                        "the server is currently unable to handle the request")
+
+
+def transient_api_error(exc: Exception) -> str | None:
+    """The slow-backend reason in a kubectl failure, or None for any other failure."""
+    text = str(exc)
+    return next((reason for reason in TRANSIENT_API_ERRORS if reason in text), None)
 
 
 def node_manifest(spec: NodeSpec, kernel: str | None = None) -> dict:
@@ -218,10 +248,7 @@ class Cluster:
         t0 = time.monotonic()
         self.dir.mkdir(parents=True, exist_ok=True)
         config = self.dir / "kwokctl.yaml"
-        config.write_text(
-            "kind: KwokctlConfiguration\napiVersion: config.kwok.x-k8s.io/v1alpha1\n"
-            "options:\n  bindAddress: 127.0.0.1\n"
-        )
+        config.write_text(KWOKCTL_CONFIG)
         state = ClusterState(kubeconfig=str(self.kubeconfig), workdir=str(self.workdir), kwokctl=str(tools.kwokctl),
                              started=time.time())
         self.save(state)
@@ -280,10 +307,20 @@ class Cluster:
         if not nodes:
             return
         kernel = os.uname().release
-        items = [node_manifest(n, kernel) for n in nodes]
-        # One kubectl for the lot: it sends them over one connection, fast enough for a thousand.
-        self.kubectl("create", "-f", "-", "-o", "name", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-                     timeout=300)
+        items = {n.name: node_manifest(n, kernel) for n in nodes}
+
+        def create_missing() -> None:
+            present = {line.rpartition("/")[2] for line in self.kubectl("get", "nodes", "-o", "name").split()}
+            todo = [item for name, item in items.items() if name not in present]
+            if todo:
+                # One kubectl for the lot: it sends them over one connection, fast enough for a thousand.
+                self.kubectl("create", "-f", "-", "-o", "name",
+                             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": todo}), timeout=300)
+
+        # A busy host can make etcd miss its request deadline for some of a thousand creates; kubectl goes on
+        # with the rest and fails at the end. The next try creates only the nodes that are not there.
+        retry(create_missing, what="creating the lab's nodes", transient=transient_api_error,
+              policy=Backoff(attempts=4, first=2, cap=10))
 
     @property
     def nfd_crds(self) -> Path:

@@ -180,6 +180,9 @@ def test_down_stops_exactly_the_cluster_processes(cluster):
     recorded = json.loads((state / "cluster/cluster.json").read_text())["pids"]
     assert set(recorded) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller",
                              "devplugin-sim"}
+    # The lab's etcd runs with the settings that keep a busy host's disk out of its request deadline.
+    etcd_args = Path(f"/proc/{recorded['etcd']}/cmdline").read_bytes().split(b"\0")
+    assert b"--unsafe-no-fsync=true" in etcd_args and b"--election-timeout=5000" in etcd_args, etcd_args
     # A process that looks like a component by name, and that a kill by name would take down.
     decoy = subprocess.Popen(["bash", "-c", "exec -a kube-apiserver sleep 300"])
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lab.cluster import node_manifest, parse_node_spec, scale_nodes
+from lab import retry as retry_mod
+from lab.cluster import Cluster, NodeSpec, node_manifest, parse_node_spec, scale_nodes, transient_api_error
 from lab.devplugin_sim import Simulator, advertised, shared
 from lab.errors import LabError
 from lab.hardware import load_profile
@@ -253,3 +254,68 @@ def test_the_nfd_wrapper_keeps_upstreams_replaces_and_maps_its_local_api_module_
     bad = {"Go": "1.26", "Replace": [{"Old": {"Path": "example.com/x"}, "New": {"Path": "./third_party/x"}}]}
     with pytest.raises(LabError, match="no longer fits"):
         nfd_wrapper_gomod(bad, "v0.19.0")
+
+
+class _FlakyServer:
+    """kubectl as a stub: `get nodes -o name` lists what exists; `create` creates all but the first
+    `drop` items of its first `fail` calls and then fails the way kubectl does (the last error line)."""
+
+    def __init__(self, fail: int, drop: int, error: str = "Error from server: etcdserver: request timed out") -> None:
+        self.nodes: list[str] = []
+        self.creates: list[list[str]] = []
+        self.fail, self.drop, self.error = fail, drop, error
+
+    def __call__(self, *args, stdin=None, check=True, timeout=120):
+        if args[:2] == ("get", "nodes"):
+            return "".join(f"node/{n}\n" for n in self.nodes)
+        assert args[0] == "create"
+        import json
+        names = [item["metadata"]["name"] for item in json.loads(stdin)["items"]]
+        self.creates.append(names)
+        if len(self.creates) <= self.fail:
+            self.nodes += names[self.drop:]
+            raise LabError(f"kubectl create -f - failed: {self.error}")
+        self.nodes += names
+        return "".join(f"node/{n}\n" for n in names)
+
+
+def _specs(n: int) -> list[NodeSpec]:
+    return [NodeSpec(name=f"n{i}", profile="no-gpu") for i in range(n)]
+
+
+def test_a_create_that_etcd_times_out_on_is_finished_by_creating_only_the_missing_nodes(tmp_path, monkeypatch):
+    monkeypatch.setattr(retry_mod, "SLEEP", lambda _s: None)
+    cluster, server = Cluster(tmp_path), _FlakyServer(fail=2, drop=3)
+    monkeypatch.setattr(cluster, "kubectl", server)
+    cluster.create_nodes(_specs(10))
+    assert sorted(server.nodes) == sorted(f"n{i}" for i in range(10))
+    assert [len(c) for c in server.creates] == [10, 3, 3]  # each retry sends only what is still missing
+
+
+def test_a_create_that_fails_for_a_real_reason_is_not_retried(tmp_path, monkeypatch):
+    monkeypatch.setattr(retry_mod, "SLEEP", lambda _s: None)
+    cluster = Cluster(tmp_path)
+    server = _FlakyServer(fail=5, drop=1, error='Error from server (Invalid): Node "n0" is invalid')
+    monkeypatch.setattr(cluster, "kubectl", server)
+    with pytest.raises(LabError, match="is invalid"):
+        cluster.create_nodes(_specs(3))
+    assert len(server.creates) == 1
+
+
+def test_a_backend_that_stays_slow_gives_up_naming_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(retry_mod, "SLEEP", lambda _s: None)
+    cluster, server = Cluster(tmp_path), _FlakyServer(fail=99, drop=1)
+    monkeypatch.setattr(cluster, "kubectl", server)
+    with pytest.raises(retry_mod.RetriesExhausted, match="creating the lab's nodes: etcdserver: request timed out"):
+        cluster.create_nodes(_specs(3))
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("kubectl create -f - failed: Error from server: etcdserver: request timed out", "etcdserver: request timed out"),
+    ("Error from server (Timeout): Timeout: request did not complete within requested timeout",
+     "Timeout: request did not complete"),
+    ('Error from server (AlreadyExists): nodes "n0" already exists', None),
+    ("error: the path \"x\" does not exist", None),
+])
+def test_which_api_errors_are_worth_another_try(text, reason):
+    assert transient_api_error(LabError(text)) == reason
