@@ -25,10 +25,14 @@ LAB_HOST_PACKAGES := systemd-container debootstrap openssh-client zstd gcc libc6
 TIMING := .build/timing.tsv
 TIMING_BEGIN := .build/timing-begin
 TIME = $(LAB) time run --log $(TIMING) --name
+# Each lane of side-by-side in a CPU cgroup of its own (lab/lanes.py): its weight, and its CPU time in the table.
+LANES := .build/lanes.tsv
+LANE = $(LAB) time lane --log $(LANES)
 MOLECULE_SCENARIOS := cluster default hardware runtime
 FAST_SCENARIO ?= hardware
 # The report runs even when the venv step failed; it never changes make's exit status.
-REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report --log $(TIMING) --begin-file $(TIMING_BEGIN)
+REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report --log $(TIMING) --begin-file $(TIMING_BEGIN) \
+	--lanes-log $(LANES)
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
@@ -156,7 +160,7 @@ molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at
 	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s 2>&1 | tee .build/molecule-$$s.log; done
 
 test: ## everything CI runs, then the timing table (budget: 40 min warm)
-	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) $(LANES) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-steps || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 40 || true; exit $$rc
 
@@ -169,11 +173,13 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 # 2241, the first install's from FIRST_INSTALL_PORT, lab clusters any free one). lab-test's and the first install's
 # output go to files, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
-# The first install is the long pole (2026-12-03: 42:41 against 31:25 and 32:54 for the other two lanes, with its last
-# 12 minutes alone and a core mostly idle), so it gets the CPU first: lab-test and the side scenarios run at this lower
-# priority (nice), down to the lab machines and clusters they start. At 3 a busy lane at the default priority weighs
-# about twice one of theirs.
-SIDE_NICE := 3
+# The first install is the long pole (2026-12-03: 48:31 against 29:54 and 19:15 for the other two lanes, its last 19
+# minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the first install
+# at FIRST_INSTALL_WEIGHT, the others at SIDE_WEIGHT, with the machines and clusters each starts. `nice` did not do it:
+# with the kernel's autogroup scheduling each session weighs the same whatever its nice value, and every lab machine,
+# SSH login and cluster component is a session of its own.
+FIRST_INSTALL_WEIGHT := 300
+SIDE_WEIGHT := 100
 FIRST_INSTALL := $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))
 FIRST_INSTALL_PORT := 2271
 LAB_TEST_LOG := .build/lab-test.log
@@ -194,16 +200,17 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
-	  nice -n $(SIDE_NICE) $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
-	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" \
-	    > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
-	  nice -n $(SIDE_NICE) $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS)" || rc=$$?; \
+	  $(LANE) --name lab-test --weight $(SIDE_WEIGHT) -- $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
+	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(LANE) --name "$(FIRST_INSTALL)" --weight $(FIRST_INSTALL_WEIGHT) -- \
+	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
+	  $(LANE) --name "$(SIDE_SCENARIOS)" --weight $(SIDE_WEIGHT) -- \
+	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS)" || rc=$$?; \
 	  wait $$first || rc=$$((rc ? rc : $$?)); wait $$lab || rc=$$((rc ? rc : $$?)); \
 	  echo "==== $(FIRST_INSTALL) (ran beside the other scenarios and lab-test): $(FIRST_INSTALL_LOG) ===="; cat $(FIRST_INSTALL_LOG); \
 	  echo "==== lab-test (ran beside the molecule scenarios): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
 
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
-	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
+	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) $(LANES) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
 	@rc=0; $(MAKE) --no-print-directory test-fast-steps MOLECULE_SCENARIOS="$(FAST_SCENARIO)" || rc=$$?; \
 	  echo; [ $$rc -eq 0 ] || $(FAILURES) || true; $(REPORT) --budget-min 15 || true; exit $$rc
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import interrupt, timing, toolkit
+from . import interrupt, lanes, timing, toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
@@ -217,6 +217,15 @@ def cmd_time_run(args: argparse.Namespace) -> int:
     return timing.run_timed(Path(args.log), args.name, command)
 
 
+def cmd_time_lane(args: argparse.Namespace) -> int:
+    command = _after_separator(args.command)
+    if not command:
+        raise LabError("time lane: no command given (lab time lane --log FILE --name NAME --weight N -- CMD...)")
+    if not 1 <= args.weight <= 10000:
+        raise LabError(f"time lane: --weight {args.weight} is out of range: 1 to 10000 (100 is a default task's)")
+    return lanes.main_lane(Path(args.log), args.name, args.weight, command)
+
+
 def cmd_interrupt(args: argparse.Namespace) -> int:
     command = _after_separator(args.command)
     if not command:
@@ -237,6 +246,9 @@ def cmd_time_report(args: argparse.Namespace) -> int:
     cpu = timing.format_cpu(timing.read_begin_cpu(Path(args.begin_file) if args.begin_file else None), now)
     if cpu:
         print(cpu)
+    shares = lanes.format_lanes(Path(args.lanes_log)) if args.lanes_log else None
+    if shares:
+        print(shares)
     return 0
 
 
@@ -326,10 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
     trun.add_argument("--name", required=True, help="the step's name in the table")
     trun.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     trun.set_defaults(func=cmd_time_run)
+    tlane = tsub.add_parser("lane", help="run a command in a CPU cgroup of its own with a weight; log its CPU time")
+    tlane.add_argument("--log", required=True, help="the lanes' log (tab-separated; created with its directory)")
+    tlane.add_argument("--name", required=True, help="the lane's name in the report")
+    tlane.add_argument("--weight", type=int, default=100, help="its CPU weight, 1 to 10000 (default 100, a default task's)")
+    tlane.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    tlane.set_defaults(func=cmd_time_lane)
     treport = tsub.add_parser("report", help="print the timing table of the log")
     treport.add_argument("--log", required=True)
     treport.add_argument("--begin-file", help="file with the epoch seconds at which the run began (gives the setup row)")
     treport.add_argument("--budget-min", type=int, help="the budget in minutes: adds a within/OVER line")
+    treport.add_argument("--lanes-log", help="the lanes' log (`lab time lane`): adds their weights and CPU times")
     treport.set_defaults(func=cmd_time_report)
     tfail = tsub.add_parser("failures", help="for each failed step in the timing log, print the last failures in its own log")
     tfail.add_argument("--log", required=True, help="the timing log")
