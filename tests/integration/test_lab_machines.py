@@ -79,6 +79,9 @@ def test_four_machines_boot_answer_over_ssh_and_go_away(tmp_path):
         # Each machine has its own host keys and machine id.
         ids = {lab(state, "ssh", n, "cat", "/etc/machine-id").stdout.strip() for n in MACHINES}
         assert len(ids) == len(MACHINES)
+        # dpkg on a lab machine does not sync each file it unpacks (lab/machines.py), and says so.
+        forced = lab(state, "ssh", "t-bookworm", "sh", "-c", "'dpkg --audit; cat /etc/dpkg/dpkg.cfg.d/gpuops-lab-unsafe-io'")
+        assert "force-unsafe-io" in forced.stdout.splitlines(), forced.stdout
         # Real apt works on a machine: the package lists in the image are signed and current enough.
         apt = lab(state, "ssh", "t-jammy", "apt-get", "-q", "-s", "install", "kmod", check=False)
         assert apt.returncode == 0, apt.stderr
