@@ -47,9 +47,9 @@ class Group:
         if self.kind == "v1":
             return int(text.strip()) / 1e9  # cpuacct.usage: nanoseconds
         for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "usage_usec":
-                return int(value) / 1e6
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == "usage_usec":
+                return int(fields[1]) / 1e6
         raise ValueError(f"no usage_usec in {self.usage_file}")
 
 
@@ -79,8 +79,10 @@ def parse_own(text: str) -> dict[str, str]:
     """The caller's cgroup path per hierarchy, from /proc/self/cgroup: each v1 controller by name, 'v2' for '0::'."""
     own: dict[str, str] = {}
     for line in text.splitlines():
-        hid, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        hid, controllers, path = fields
         if hid == "0" and controllers == "":
             own["v2"] = path
         for controller in controllers.split(","):
