@@ -173,12 +173,13 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 # 2241, the first install's from FIRST_INSTALL_PORT, lab clusters any free one). lab-test's and the first install's
 # output go to files, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
-# The first install is the long pole (2026-12-03: 48:31 against 29:54 and 19:15 for the other two lanes, its last 19
-# minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the first install
+# The first install was the long pole (2026-12-03: 48:31 against 29:54 for lab-test and 33:49 for the side scenarios,
+# its last 15 minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the first install
 # at FIRST_INSTALL_WEIGHT, the others at SIDE_WEIGHT, with the machines and clusters each starts. `nice` did not do it:
 # with the kernel's autogroup scheduling each session weighs the same whatever its nice value, and every lab machine,
 # SSH login and cluster component is a session of its own.
 FIRST_INSTALL_WEIGHT := 300
+# Measured with these on 6735703 (docs/development.md, the eleventh stop): default 38:09, the side scenarios 44:23.
 SIDE_WEIGHT := 100
 FIRST_INSTALL := $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))
 FIRST_INSTALL_PORT := 2271
