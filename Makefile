@@ -174,8 +174,9 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 # output go to files, printed after.
 SIDE_SCENARIOS := cluster hardware runtime
 # The first install was the long pole (2026-12-03: 48:31 against 29:54 for lab-test and 33:49 for the side scenarios,
-# its last 15 minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the first install
-# at FIRST_INSTALL_WEIGHT, the others at SIDE_WEIGHT, with the machines and clusters each starts. `nice` did not do it:
+# its last 15 minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the
+# first install at FIRST_INSTALL_WEIGHT, the others at SIDE_WEIGHT, with the machines and clusters each starts. `nice`
+# did not do it:
 # with the kernel's autogroup scheduling each session weighs the same whatever its nice value, and every lab machine,
 # SSH login and cluster component is a session of its own.
 FIRST_INSTALL_WEIGHT := 300

@@ -22,9 +22,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .supervise import remove_cgroup
 
 MOUNTS = Path("/proc/self/mounts")
 OWN_CGROUPS = Path("/proc/self/cgroup")
@@ -126,21 +127,14 @@ def make(group: Group, weight: int) -> str | None:
 
 
 def remove(dirs: list[Path] | tuple[Path, ...], wait: float = 10.0) -> list[Path]:
-    """Remove the cgroups once their processes are gone (waiting up to `wait` seconds); those left are returned."""
+    """Remove the cgroups (and any left below them) once their processes are gone, waiting up to `wait` seconds
+    (supervise.remove_cgroup, as for the machines' own); those that stay are returned."""
     left = []
-    deadline = time.monotonic() + wait
     for d in dirs:
-        while True:
-            try:
-                d.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    left.append(d)
-                    break
-                time.sleep(0.2)
+        try:
+            remove_cgroup(d, busy_for=wait)
+        except OSError:
+            left.append(d)
     return left
 
 
@@ -160,8 +154,12 @@ def run_lane(name: str, weight: int, command: list[str], *, mounts_text: str | N
         own_text = OWN_CGROUPS.read_text()
     leaf = f"gpuops-lane-{''.join(c if c.isalnum() else '-' for c in name)}-{os.getpid()}"
     group = plan(parse_mounts(mounts_text), parse_own(own_text), leaf)
-    note = group if isinstance(group, str) else make(group, weight)
-    joined = None if note is not None or isinstance(group, str) else group
+    joined: Group | None = None
+    if isinstance(group, str):
+        note: str | None = group
+    else:
+        note = make(group, weight)
+        joined = group if note is None else None
 
     def enter() -> None:
         if joined is not None:

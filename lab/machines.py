@@ -26,6 +26,7 @@ from .distros import get_distro
 from .errors import LabError
 from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
+from .lanes import parse_own
 from .supervise import remove_cgroup
 
 DEFAULT_BASE_PORT = 2221
@@ -83,17 +84,14 @@ def machine_cgroups(leaf: str, cgroup_fs: Path = CGROUP_FS, self_cgroup: str | N
     /proc/self/cgroup (for tests).
     """
     text = self_cgroup if self_cgroup is not None else Path("/proc/self/cgroup").read_text()
-    own = {}
-    for line in text.splitlines():
-        _hier, controllers, path = line.split(":", 2)
-        own[controllers] = path.lstrip("/")
+    own = {hierarchy: path.lstrip("/") for hierarchy, path in parse_own(text).items()}
     if (cgroup_fs / "cgroup.controllers").exists():
-        return [cgroup_fs / own.get("", "") / leaf]
+        return [cgroup_fs / own.get("v2", "") / leaf]
     found = []
     if (cgroup_fs / "systemd").is_dir() and "name=systemd" in own:
         found.append(cgroup_fs / "systemd" / own["name=systemd"] / leaf)
-    if (cgroup_fs / "unified/cgroup.procs").exists() and "" in own:
-        found.append(cgroup_fs / "unified" / own[""] / leaf)
+    if (cgroup_fs / "unified/cgroup.procs").exists() and "v2" in own:
+        found.append(cgroup_fs / "unified" / own["v2"] / leaf)
     return found
 
 
