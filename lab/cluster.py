@@ -308,9 +308,12 @@ class Cluster:
             return
         kernel = os.uname().release
         items = {n.name: node_manifest(n, kernel) for n in nodes}
+        tries = []
 
         def create_missing() -> None:
-            present = {line.rpartition("/")[2] for line in self.kubectl("get", "nodes", "-o", "name").split()}
+            # The first try creates them all; only a retry asks what is there already.
+            present = {line.rpartition("/")[2] for line in self.kubectl("get", "nodes", "-o", "name").split()} if tries else set()
+            tries.append(1)
             todo = [item for name, item in items.items() if name not in present]
             if todo:
                 # One kubectl for the lot: it sends them over one connection, fast enough for a thousand.

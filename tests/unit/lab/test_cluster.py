@@ -263,10 +263,12 @@ class _FlakyServer:
     def __init__(self, fail: int, drop: int, error: str = "Error from server: etcdserver: request timed out") -> None:
         self.nodes: list[str] = []
         self.creates: list[list[str]] = []
+        self.gets = 0
         self.fail, self.drop, self.error = fail, drop, error
 
     def __call__(self, *args, stdin=None, check=True, timeout=120):
         if args[:2] == ("get", "nodes"):
+            self.gets += 1
             return "".join(f"node/{n}\n" for n in self.nodes)
         assert args[0] == "create"
         import json
@@ -290,6 +292,14 @@ def test_a_create_that_etcd_times_out_on_is_finished_by_creating_only_the_missin
     cluster.create_nodes(_specs(10))
     assert sorted(server.nodes) == sorted(f"n{i}" for i in range(10))
     assert [len(c) for c in server.creates] == [10, 3, 3]  # each retry sends only what is still missing
+    assert server.gets == 2  # only the retries ask what is there
+
+
+def test_a_create_that_succeeds_asks_nothing_first(tmp_path, monkeypatch):
+    cluster, server = Cluster(tmp_path), _FlakyServer(fail=0, drop=0)
+    monkeypatch.setattr(cluster, "kubectl", server)
+    cluster.create_nodes(_specs(4))
+    assert server.creates == [["n0", "n1", "n2", "n3"]] and server.gets == 0
 
 
 def test_a_create_that_fails_for_a_real_reason_is_not_retried(tmp_path, monkeypatch):
