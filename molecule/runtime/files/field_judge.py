@@ -2,7 +2,12 @@
 
   field_judge.py prepare SRC WORK      one case per config of SRC (JSON: file name to text) and layout (in place,
                                        drop-in) under WORK,
-                                       each with `containerd config dump` of the untouched config; prints the cases
+                                       each with `containerd config dump` of the untouched config; the cases to
+                                       WORK/cases.json
+  field_judge.py run CASES LIB RESULTS the container_runtime module on each case of CASES (prepare's cases.json), and
+                                       again where the first run configured it, in this one process: the module and
+                                       the module_utils it imports (Ansible's and the collection's) from LIB, as
+                                       AnsiballZ would lay them out; both runs' results to RESULTS (JSON)
   field_judge.py judge RESULTS         after the module ran on each case (RESULTS: its two runs, as JSON): prints
                                        what containerd's own dump of the result says is wrong, one line each
 
@@ -12,9 +17,12 @@ the nvidia runtime runs the toolkit's runtime; a second run changed nothing; a r
 one of the reasons the test accepts.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -95,7 +103,64 @@ def prepare(src, work):
             cases.append({"name": name, "layout": layout, "dir": case, "config": os.path.join(case, "config.toml"),
                           "drop_in": os.path.join(case, drop_in) if drop_in else "",
                           "toolkit": os.path.join(case, "toolkit.toml")})
-    print(json.dumps(cases))
+    with open(os.path.join(work, "cases.json"), "w", encoding="utf-8") as handle:
+        json.dump(cases, handle)
+    print(json.dumps({"cases": len(cases)}))
+
+
+MODULE = "ansible_collections.gpuops.nvidia.plugins.modules.container_runtime"
+
+
+def run_module(args):
+    """One run of the module, as its AnsiballZ wrapper runs it (parameters in basic._ANSIBLE_ARGS, the module run as
+    __main__, its result the JSON it prints before it exits), but in this process: a loop of Ansible tasks costs a
+    Python start and the module_utils' compile per case, about half a second of CPU each (146 cases, twice, on three
+    machines: about three minutes of a 2-core CI host), where the test's subject is the module's edit of each config.
+    Anything the module raises comes back as a failure naming it, which the judge does not accept."""
+    from ansible.module_utils import basic  # pylint: disable=import-outside-toplevel  # from LIB, on sys.path by now
+
+    basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": {**args, "_ansible_diff": True}}).encode()
+    basic._ANSIBLE_PROFILE = "legacy"
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
+    except SystemExit:
+        pass
+    except Exception as exc:  # pylint: disable=broad-except
+        return {"failed": True, "msg": f"the module raised {exc!r}"}
+    text = out.getvalue().strip()
+    try:
+        return json.loads(text.splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"failed": True, "msg": f"the module printed no result: {text[-500:]!r}"}
+
+
+def run(cases_file, lib, results_file):
+    """The module on each case, and a second time where the first run configured it (refusals are judged too)."""
+    # The packages' __init__ files AnsiballZ adds (empty): LIB's packages, not another copy's, are the ones imported.
+    for package in ("ansible", "ansible_collections", "ansible_collections/gpuops", "ansible_collections/gpuops/nvidia",
+                    "ansible_collections/gpuops/nvidia/plugins", "ansible_collections/gpuops/nvidia/plugins/modules",
+                    "ansible_collections/gpuops/nvidia/plugins/module_utils"):
+        init = os.path.join(lib, package, "__init__.py")
+        if not os.path.exists(init):
+            with open(init, "w", encoding="utf-8"):
+                pass
+    sys.path.insert(0, lib)
+    with open(cases_file, encoding="utf-8") as handle:
+        cases = json.load(handle)
+    first, second = [], []
+    for case in cases:
+        # The module's record of each case, beside the case (not the machine's own, which the uninstall reads).
+        args = {"runtime": "containerd", "config": case["config"], "drop_in": case["drop_in"], "toolkit_config": case["toolkit"],
+                "record": os.path.dirname(case["config"]) + ".record.json", "backup": False, "image_build": "true"}
+        result = run_module(args)
+        first.append({**result, "item": case})
+        if not result.get("failed"):
+            second.append({**run_module(args), "item": {"item": case}})
+    with open(results_file, "w", encoding="utf-8") as handle:
+        json.dump({"first": first, "second": second}, handle)
+    print(json.dumps({"cases": len(first), "second_runs": len(second)}))
 
 
 def judge_case(case, first, second):
@@ -160,5 +225,7 @@ def judge(results_file):
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         judge(sys.argv[2])
