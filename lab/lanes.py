@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,39 @@ def make(group: Group, weight: int) -> str | None:
     return None
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(group: Group, alive: Callable[[int], bool] = pid_alive) -> list[Path]:
+    """Remove the lane cgroups beside this lane's that a lane killed before its cleanup left: named for a lane
+    (gpuops-lane-NAME-PID) whose process is gone, with no process left in them. The removed ones are returned."""
+    removed = []
+    for parent in sorted({d.parent for d in group.dirs}):
+        try:
+            entries = sorted(parent.glob("gpuops-lane-*-*"))
+        except OSError:
+            continue
+        for d in entries:
+            pid = d.name.rsplit("-", 1)[1]
+            if d in group.dirs or not d.is_dir() or not pid.isdigit() or alive(int(pid)):
+                continue
+            try:
+                if (d / "cgroup.procs").read_text().strip():
+                    continue
+                remove_cgroup(d, busy_for=0)
+            except OSError:
+                continue
+            removed.append(d)
+    return removed
+
+
 def remove(dirs: list[Path] | tuple[Path, ...], wait: float = 10.0) -> list[Path]:
     """Remove the cgroups (and any left below them) once their processes are gone, waiting up to `wait` seconds
     (supervise.remove_cgroup, as for the machines' own); those that stay are returned."""
@@ -158,8 +192,12 @@ def run_lane(name: str, weight: int, command: list[str], *, mounts_text: str | N
     if isinstance(group, str):
         note: str | None = group
     else:
+        stale = sweep(group)
         note = make(group, weight)
         joined = group if note is None else None
+        if stale:
+            print(f"lab time lane: removed {len(stale)} cgroup(s) of lanes killed before their cleanup: "
+                  + ", ".join(map(str, stale)), file=sys.stderr)
 
     def enter() -> None:
         if joined is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -145,3 +146,34 @@ def test_the_weight_is_written(monkeypatch):
     monkeypatch.setattr(lanes, "remove", capture)
     assert run_lane("w", 300, [sys.executable, "-c", "pass"]).rc == 0
     assert seen["weight"] in ("3072", "300")  # v1 shares or v2 weight
+
+
+def test_the_cgroups_of_lanes_killed_before_their_cleanup_are_swept(tmp_path, monkeypatch):
+    parent = tmp_path / "cpu"
+    own = parent / "gpuops-lane-default-100"
+    group = Group("v2", (own,), own / "cpu.weight", own / "cpu.stat")
+    for name, procs in {"gpuops-lane-lab-test-111": "", "gpuops-lane-side-222": "", "gpuops-lane-busy-333": "4242\n",
+                        "gpuops-lane-default-100": "", "machine-cgroup-444": ""}.items():
+        (parent / name).mkdir(parents=True)
+        (parent / name / "cgroup.procs").write_text(procs)
+    monkeypatch.setattr(lanes, "remove_cgroup", lambda d, busy_for: __import__("shutil").rmtree(d))
+    # 111 and 333 are gone, 222 still runs (another make test's lane), 100 is this lane's own.
+    removed = lanes.sweep(group, alive=lambda pid: pid in (100, 222))
+    assert removed == [parent / "gpuops-lane-lab-test-111"]
+    assert sorted(p.name for p in parent.iterdir()) == ["gpuops-lane-busy-333", "gpuops-lane-default-100",
+                                                         "gpuops-lane-side-222", "machine-cgroup-444"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made as root, as `make test` runs")
+def test_a_real_lane_sweeps_what_a_killed_lane_left(tmp_path):
+    why = _writable_cgroup()
+    if why is not None:
+        pytest.fail(f"make test runs its lanes in cgroups, and this host has none to write: {why}")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    mounts, own = parse_mounts(Path("/proc/self/mounts").read_text()), parse_own(Path("/proc/self/cgroup").read_text())
+    stale = plan(mounts, own, f"gpuops-lane-killed-{gone.pid}")
+    assert isinstance(stale, Group) and lanes.make(stale, 100) is None
+    result = run_lane("sweeper", 100, [sys.executable, "-c", "pass"])
+    assert result.rc == 0, result
+    assert not any(d.exists() for d in stale.dirs), "the killed lane's cgroup was left"
