@@ -175,13 +175,15 @@ test: ## everything CI runs, then the timing table (budget: 40 min warm)
 SIDE_SCENARIOS := cluster hardware runtime
 # The first install was the long pole (2026-12-03: 48:31 against 29:54 for lab-test and 33:49 for the side scenarios,
 # its last 15 minutes alone), so it gets the CPU first: each lane runs in a CPU cgroup of its own (lab/lanes.py), the
-# first install at FIRST_INSTALL_WEIGHT, the others at SIDE_WEIGHT, with the machines and clusters each starts. `nice`
-# did not do it:
+# first install at FIRST_INSTALL_WEIGHT, the side scenarios at SIDE_WEIGHT, lab-test at LAB_TEST_WEIGHT, with the
+# machines and clusters each starts. `nice` did not do it:
 # with the kernel's autogroup scheduling each session weighs the same whatever its nice value, and every lab machine,
 # SSH login and cluster component is a session of its own.
 FIRST_INSTALL_WEIGHT := 300
-# Measured with these on 6735703 (docs/development.md, the eleventh stop): default 38:09, the side scenarios 44:23.
-SIDE_WEIGHT := 100
+# Measured with 300/100/100 on 73c41c1 (docs/development.md, the twelfth stop): lab-test ended 31:08 into the run, the
+# first install 34:03, the side scenarios 38:31 (runtime's last 4.5 minutes alone): the side lane gets a little more.
+SIDE_WEIGHT := 150
+LAB_TEST_WEIGHT := 100
 FIRST_INSTALL := $(filter-out $(SIDE_SCENARIOS),$(MOLECULE_SCENARIOS))
 FIRST_INSTALL_PORT := 2271
 LAB_TEST_LOG := .build/lab-test.log
@@ -202,7 +204,7 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
-	  $(LANE) --name lab-test --weight $(SIDE_WEIGHT) -- $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
+	  $(LANE) --name lab-test --weight $(LAB_TEST_WEIGHT) -- $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
 	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(LANE) --name "$(FIRST_INSTALL)" --weight $(FIRST_INSTALL_WEIGHT) -- \
 	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
 	  $(LANE) --name "$(SIDE_SCENARIOS)" --weight $(SIDE_WEIGHT) -- \
