@@ -160,8 +160,8 @@ def test_the_cgroups_of_lanes_killed_before_their_cleanup_are_swept(tmp_path, mo
     # 111 and 333 are gone, 222 still runs (another make test's lane), 100 is this lane's own.
     removed = lanes.sweep(group, alive=lambda pid: pid in (100, 222))
     assert removed == [parent / "gpuops-lane-lab-test-111"]
-    assert sorted(p.name for p in parent.iterdir()) == ["gpuops-lane-busy-333", "gpuops-lane-default-100",
-                                                         "gpuops-lane-side-222", "machine-cgroup-444"]
+    left = ["gpuops-lane-busy-333", "gpuops-lane-default-100", "gpuops-lane-side-222", "machine-cgroup-444"]
+    assert sorted(p.name for p in parent.iterdir()) == left
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made as root, as `make test` runs")
