@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .supervise import remove_cgroup
+from .supervise import process_alive, remove_cgroup
 
 MOUNTS = Path("/proc/self/mounts")
 OWN_CGROUPS = Path("/proc/self/cgroup")
@@ -127,17 +127,7 @@ def make(group: Group, weight: int) -> str | None:
     return None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep(group: Group, alive: Callable[[int], bool] = pid_alive) -> list[Path]:
+def sweep(group: Group, alive: Callable[[int], bool] = process_alive) -> list[Path]:
     """Remove the lane cgroups beside this lane's that a lane killed before its cleanup left: named for a lane
     (gpuops-lane-NAME-PID) whose process is gone, with no process left in them. The removed ones are returned."""
     removed = []

@@ -27,7 +27,7 @@ from .errors import LabError
 from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
 from .lanes import parse_own
-from .supervise import remove_cgroup
+from .supervise import process_alive, remove_cgroup
 
 DEFAULT_BASE_PORT = 2221
 SUPERVISOR_MODULE = "lab.supervise"
@@ -512,21 +512,6 @@ class Lab:
         if self.dir.is_dir() and not any(self.dir.iterdir()):
             self.dir.rmdir()
         return stopped
-
-
-def process_alive(pid: int) -> bool:
-    """Whether pid runs. A zombie has exited, whoever still has to reap it (a process whose parent
-    exited before it, as kwokctl's components are, waits for init to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def process_start(pid: int) -> int | None:

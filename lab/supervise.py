@@ -32,6 +32,21 @@ DEFAULT_MAX_RESTARTS = 5
 DEFAULT_WINDOW = 60.0
 
 
+def process_alive(pid: int) -> bool:
+    """Whether pid runs. A zombie has exited, whoever still has to reap it (a process whose parent
+    exited before it, as kwokctl's components are, waits for init to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def remove_cgroup(path: Path, busy_for: float = 30.0) -> None:
     """Remove a cgroup and the (empty) cgroups below it, deepest first.
 
