@@ -138,7 +138,7 @@ def sweep(group: Group, alive: Callable[[int], bool] = process_alive) -> list[Pa
             continue
         for d in entries:
             pid = d.name.rsplit("-", 1)[1]
-            if d in group.dirs or not d.is_dir() or not pid.isdigit() or alive(int(pid)):
+            if not d.is_dir() or not pid.isdigit() or alive(int(pid)):
                 continue
             try:
                 if (d / "cgroup.procs").read_text().strip():
