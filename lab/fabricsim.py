@@ -3,8 +3,9 @@
 The real packages are installed (from the distribution's archive, by the fabric_manager role) and their
 own units stay; the lab adds a drop-in to each (DROPINS) that runs this script in place of the daemon.
 It does what the lab can check of the real one:
-- reads the version of the installed daemon from the real binary (`nv-fabricmanager --version`,
-  `nvidia-imex --version`) and the loaded driver's from the simulated /proc/driver/nvidia/version;
+- reads the version of the installed daemon from its package (dpkg: the version of the package that installed the
+  binary), else from the real binary (`nv-fabricmanager --version`; IMEX of branch 620 reports its own version there,
+  2.0.0, not the driver's), and the loaded driver's from the simulated /proc/driver/nvidia/version;
 - on a mismatch, or with no driver loaded, fails as the real daemon does (it aborts: "checks the currently
   loaded kernel driver stack version for compatibility"), writing the reason to its log file and stdout;
 - otherwise moves the fake NVML's fabric state (HW_ROOT/nvml/fabric) to completed, logs the real
@@ -65,8 +66,28 @@ def loaded_driver(hw: str) -> str | None:
     return found.group(1) if found else None
 
 
+def package_version(path: str) -> str | None:
+    """The upstream version of the package that installed `path` (620.70.06 of 620.70.06-0ubuntu0.24.04.1); None where
+    dpkg does not know the file."""
+    try:
+        owner = subprocess.run(["dpkg-query", "-S", path], capture_output=True, text=True, timeout=30, check=False)
+        if owner.returncode != 0 or ": " not in owner.stdout:
+            return None
+        package = owner.stdout.splitlines()[0].rsplit(": ", 1)[0]
+        version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
+                                 timeout=30, check=False).stdout
+    except OSError:
+        return None
+    found = re.match(r"(?:\d+:)?(\d+\.\d+(?:\.\d+)?)", version.strip())
+    return found.group(1) if found else None
+
+
 def daemon_version(binary: str) -> str | None:
-    """The version the real binary reports ('Fabric Manager version is : 580.178.04')."""
+    """The installed daemon's version: its package's, else what the binary reports ('Fabric Manager version is :
+    580.178.04')."""
+    from_package = package_version(binary)
+    if from_package:
+        return from_package
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
     except OSError:

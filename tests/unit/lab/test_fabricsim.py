@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,29 @@ def test_a_planted_fault_fails_with_its_text_and_leaves_the_fabric_in_progress(d
     assert fabricsim.start("fabricmanager", str(hw)) == 1
     assert (hw / "nvml/fabric").read_text() == "in_progress\n"
     assert "[ERROR] [gpuops lab stand-in] NVSwitch 0000:05:00.0 failed to train its links" in log.read_text()
+
+
+def test_the_daemon_s_version_is_its_package_s_where_dpkg_knows_the_binary(daemon, tmp_path, monkeypatch):
+    """IMEX of branch 620 prints its own version (2.0.0.rel49), not the driver's: the package's version is the daemon's."""
+    hw, log = daemon
+    binary = fabricsim.DAEMONS["fabricmanager"][1]
+    Path(binary).write_text("#!/bin/sh\necho 'IMEX version is: 2.0.0.rel49'\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # dpkg-query as dpkg answers: -S names the package that installed the file (with its architecture), -W its version.
+    fake = bin_dir / "dpkg-query"
+    fake.write_text(f"""#!/bin/sh
+case "$1" in
+  -S) [ "$2" = "{binary}" ] && echo "nvidia-imex-620:amd64: {binary}" && exit 0; exit 1 ;;
+  -W) [ "$4" = "nvidia-imex-620:amd64" ] && printf '620.70.06-0ubuntu0.24.04.1' && exit 0; exit 1 ;;
+esac
+exit 2
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert fabricsim.daemon_version(binary) == "620.70.06"
+    loaded(hw, "620.70.06")
+    assert fabricsim.start("fabricmanager", str(hw)) == 0
+    loaded(hw, "580.196.07")
+    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    assert "version 620.70.06 does not match the loaded NVIDIA driver version 580.196.07" in log.read_text()
