@@ -52,13 +52,19 @@ def image(tmp_path_factory):
     subprocess.run(["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", "python3-apt"],
                    check=True, env=env, capture_output=True)
     (base / "site.yml").write_text(PLAYBOOK)
-    # The driver version the image is built for: branch 580's in the archive today (an upload replaces the one before,
-    # so it is read, not written here); the plan must find the exact package version for it.
-    policy = subprocess.run(["chroot", str(root), "apt-cache", "policy", "nvidia-fabricmanager-580"],
+    # The driver version the image is built for: the archive's newest Fabric Manager branch and its version today (an
+    # upload replaces them: on 2026-12-03 580.178.04 by 580.196.07, whose restricted packages, Fabric Manager's
+    # dependency, the lab's network answers 404 for, and 615 by 620), so they are read, not written here; the plan must
+    # find the exact package version for it.
+    names = subprocess.run(["chroot", str(root), "apt-cache", "pkgnames", "nvidia-fabricmanager-"],
+                           check=True, env=env, capture_output=True, text=True).stdout.split()
+    branch = max((int(m.group(1)) for m in map(re.compile(r"nvidia-fabricmanager-(\d+)$").match, names) if m), default=None)
+    assert branch, names
+    policy = subprocess.run(["chroot", str(root), "apt-cache", "policy", f"nvidia-fabricmanager-{branch}"],
                             check=True, env=env, capture_output=True, text=True).stdout
     candidate = re.search(r"Candidate: (\d+\.\d+\.\d+)-", policy)
     assert candidate, policy
-    yield root, base, candidate.group(1)
+    yield root, base, candidate.group(1), str(branch)
     mounts = Path("/proc/self/mounts").read_text()
     assert f" {root}/" not in mounts, f"something is still mounted under {root}"
     shutil.rmtree(root)
@@ -97,7 +103,7 @@ def dpkg(root: Path) -> dict[str, str]:
 
 def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(image):
     """Fabric Manager pinned, held, enabled and configured; the RDMA stack installed; nothing started or loaded."""
-    root, base, version = image
+    root, base, version, branch = image
     before = dpkg(root)
     check = run_role(root, base, version, "--check")
     assert check["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"][
@@ -111,7 +117,7 @@ def test_check_mode_then_the_build_installs_holds_enables_and_starts_nothing(ima
     plan = first["tasks"]["Plan the fabric's daemon at the driver's version (refuses what cannot work, before any change)"]
     assert plan["start"] is False and "image build" in plan["start_reason"]
     packages = dpkg(root)
-    for name in ("nvidia-fabricmanager-580", "libnvidia-nscq-580"):
+    for name in (f"nvidia-fabricmanager-{branch}", f"libnvidia-nscq-{branch}"):
         assert packages[name].startswith("hi ") and packages[name].split()[-1].startswith(version + "-"), packages[name]
     assert (root / "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service").is_symlink()
     cfg = (root / "usr/share/nvidia/nvswitch/fabricmanager.cfg").read_text()
@@ -136,11 +142,11 @@ def test_a_change_waits_for_dpkg_before_it_releases_a_hold(image):
 
     It releases the holds of the packages it replaces only after the wait for dpkg's lock: released first, they
     would fail on dpkg's own lock error, or be left released by a run that then stops at the wait. Runs on the
-    image the test above built (580 held).
+    image the test above built (the newest branch held).
     """
-    root, base, _version = image
+    root, base, _version, branch = image
     before = dpkg(root)
-    assert before.get("nvidia-fabricmanager-580", "").startswith("hi "), "the test above did not leave 580 held"
+    assert before.get(f"nvidia-fabricmanager-{branch}", "").startswith("hi "), f"the test above did not leave {branch} held"
     # A process of ours holds dpkg's frontend lock as apt does (a POSIX lock on the file), until it is stopped.
     holder = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, "-c", "import fcntl, sys, time\n"
