@@ -11,7 +11,7 @@ does (kernel, containerd), then times:
   cores); a check-mode run on a converged node;
 - a no-op `site.yml` on the three, after a first one, the median of three;
 - `gpu_info` on the 8-GPU profile (HGX H100): one read, in process, against the profile's sysfs and NVML;
-- `upgrade_driver.yml` on one node (580 to 615, DKMS, with Fabric Manager);
+- `upgrade_driver.yml` on one node (580 to the archive's newest branch, DKMS, with Fabric Manager);
 - `cluster.yml` on a thousand KWOK nodes (no machines), first and no-op; the first run's own work is its time
   less the validation's wait for the cluster to converge (the time the validation reports).
 
@@ -50,7 +50,8 @@ MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig
 FIRST = "bench-noble"
 # The branch the first install pins on the H100 machine and the one the upgrade moves it to (the archive's
 # newest), as in the default scenario's rollout.
-FIRST_BRANCH, UPGRADE_BRANCH = "580", "615"
+# The upgrade's branch is read from the machine's index at the time (lab/newest_branch.sh): the archive's newest.
+FIRST_BRANCH = "580"
 UPGRADE_ROW = "upgrade_driver.yml, 1 node"
 # Runs of each no-op playbook row: its figure is their median.
 NOOP_RUNS = 3
@@ -246,8 +247,28 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
                                     if waits else "validation's waits not reported"))
 
     if upgrade:
-        took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={UPGRADE_BRANCH}")
-        bench.add(UPGRADE_ROW, took, f"{FIRST_BRANCH} to {UPGRADE_BRANCH}, DKMS, Fabric Manager with it")
+        target = newest_branch(bench, inv)
+        took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={target}")
+        bench.add(UPGRADE_ROW, took, f"{FIRST_BRANCH} to {target} (the archive's newest), DKMS, Fabric Manager with it")
+
+
+def newest_branch(bench: Bench, inv: Path) -> str:
+    """The archive's newest driver branch with packages of its own, as the first machine's index has it."""
+    res = bench._run([str(Path(sys.executable).parent / "ansible"), "-i", str(inv), FIRST, "-m", "ansible.builtin.script",
+                      "-a", str(REPO / "lab/newest_branch.sh")],
+                     env={"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    return newest_from_json(res.stdout, FIRST)
+
+
+def newest_from_json(out: str, host: str) -> str:
+    """The branch in the json callback's output of that ad-hoc run; a run that found none stops the bench."""
+    try:
+        found = json.loads(out[out.index("{"):])["plays"][0]["tasks"][0]["hosts"][host]["stdout"].strip()
+    except (ValueError, KeyError, IndexError) as err:
+        raise SystemExit(f"bench: no newest branch from {host}: {err}: {out[-2000:]}") from err
+    if not re.fullmatch(r"\d{3}", found):
+        raise SystemExit(f"bench: no newest branch from {host}: {found!r}")
+    return found
 
 
 def scale_part(bench: Bench) -> None:

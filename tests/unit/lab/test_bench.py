@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from lab.bench import UPGRADE_ROW, Row, load_results
+import pytest
+
+from lab.bench import UPGRADE_ROW, Row, load_results, newest_from_json
 
 
 def test_a_part_not_run_and_the_upgrade_left_out_keep_their_figures(tmp_path):
@@ -23,3 +25,20 @@ def test_a_no_op_row_s_note_gives_the_runs_spread_and_the_controller_s_median_cp
     from lab.bench import _runs
 
     assert _runs([(4.9, 3.0), (4.4, 3.4), (6.2, 3.1)]) == "median of 3: 4.4 to 6.2s, controller CPU 3.1s"
+
+
+def _adhoc(host: str, stdout: str) -> str:
+    """The json callback's output of an ad-hoc script run, as ansible prints it (a warning line may come first)."""
+    return "[WARNING]: a line before the JSON\n" + json.dumps(
+        {"plays": [{"tasks": [{"hosts": {host: {"rc": 0, "stdout": stdout, "changed": True}}}]}], "stats": {}})
+
+
+def test_the_upgrade_s_branch_is_the_one_the_machine_s_index_names():
+    assert newest_from_json(_adhoc("bench-noble", "620\r\n"), "bench-noble") == "620"
+
+
+@pytest.mark.parametrize("out", [_adhoc("bench-noble", ""), _adhoc("bench-noble", "no packages\n"), _adhoc("other", "620\n"),
+                                 "ERROR! the host is unreachable"])
+def test_no_branch_stops_the_bench_naming_the_machine(out):
+    with pytest.raises(SystemExit, match="no newest branch from bench-noble"):
+        newest_from_json(out, "bench-noble")
