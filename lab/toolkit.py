@@ -16,6 +16,7 @@ Everything built is cached in <cache>/toolkit, keyed by version and recipe.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -169,6 +170,18 @@ def _gpg(home: Path, args: list[str]) -> str:
     return res.stdout
 
 
+@contextlib.contextmanager
+def gpg_agent_stopped_after(home: Path):
+    """gpg starts an agent for the secret key (its --homedir on its command line) and leaves it running after gpg ends:
+    stopped here once the signing is done, as the lab stops what it starts."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False,
+                           timeout=30)
+
+
 def signing_key(home: Path) -> str:
     """The lab repository's key (made once), as an ASCII-armored public key."""
     if not (home / "pubring.kbx").exists() or not _gpg(home, ["--list-secret-keys", KEY_NAME]).strip():
@@ -210,11 +223,12 @@ def build_repo(progress=print) -> Path:
     for name, data in files.items():
         (arch_dir / name).write_bytes(data)
     home = toolkit_cache() / "gnupg"
-    (tmp / "gpgkey").write_text(signing_key(home))
     (arch_dir / "Release").write_text(release_file(files))
-    _gpg(home, ["--local-user", KEY_NAME, "--clearsign", "--output", str(arch_dir / "InRelease"), str(arch_dir / "Release")])
-    _gpg(home, ["--local-user", KEY_NAME, "--armor", "--detach-sign", "--output", str(arch_dir / "Release.gpg"),
-                str(arch_dir / "Release")])
+    with gpg_agent_stopped_after(home):
+        (tmp / "gpgkey").write_text(signing_key(home))
+        _gpg(home, ["--local-user", KEY_NAME, "--clearsign", "--output", str(arch_dir / "InRelease"), str(arch_dir / "Release")])
+        _gpg(home, ["--local-user", KEY_NAME, "--armor", "--detach-sign", "--output", str(arch_dir / "Release.gpg"),
+                    str(arch_dir / "Release")])
     (tmp / "tools").mkdir()
     shutil.copy2(crictl / "crictl", tmp / "tools/crictl")
     shutil.copy2(binaries / "nvidia-ctk", tmp / "tools/nvidia-ctk")

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
+from pathlib import Path
+
+import pytest
 
 from lab import toolkit
 from lab.hardware import load_profile, write_driver_root
@@ -42,3 +46,31 @@ def test_driver_root_has_what_nvidia_ctk_locates(tmp_path):
         assert nodes == sorted([f"nvidia{i}" for i in range(8)] + ["nvidiactl", "nvidia-uvm"])
         st = (tmp_path / "driver/dev/nvidiactl").stat()
         assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195 and os.minor(st.st_rdev) == 255
+
+
+def _agents(home) -> list[int]:
+    """The processes whose command line names this gpg home (gpg-agent's does: --homedir HOME)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(home).encode() in args:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not shutil.which("gpg") or not shutil.which("gpgconf"), reason="needs GnuPG")
+def test_signing_leaves_no_gpg_agent_running(tmp_path):
+    """The repository's signing makes a key and signs with it; the agent gpg starts for it is gone afterwards."""
+    home = tmp_path / "gnupg"
+    release = tmp_path / "Release"
+    release.write_text("Origin: test\n")
+    with toolkit.gpg_agent_stopped_after(home):
+        assert "BEGIN PGP PUBLIC KEY BLOCK" in toolkit.signing_key(home)
+        toolkit._gpg(home, ["--local-user", toolkit.KEY_NAME, "--clearsign", "--output", str(tmp_path / "InRelease"),
+                            str(release)])
+        assert _agents(home), "gpg started no agent: the test shows nothing"
+    assert _agents(home) == []
