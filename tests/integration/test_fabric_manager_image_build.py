@@ -52,19 +52,18 @@ def image(tmp_path_factory):
     subprocess.run(["chroot", str(root), "apt-get", "install", "-y", "-q", "--no-install-recommends", "python3-apt"],
                    check=True, env=env, capture_output=True)
     (base / "site.yml").write_text(PLAYBOOK)
-    # The driver version the image is built for: the archive's newest Fabric Manager branch and its version today (an
-    # upload replaces them: on 2026-12-03 580.178.04 by 580.196.07, whose restricted packages, Fabric Manager's
-    # dependency, the lab's network answers 404 for, and 615 by 620), so they are read, not written here; the plan must
-    # find the exact package version for it.
-    names = subprocess.run(["chroot", str(root), "apt-cache", "pkgnames", "nvidia-fabricmanager-"],
-                           check=True, env=env, capture_output=True, text=True).stdout.split()
-    branch = max((int(m.group(1)) for m in map(re.compile(r"nvidia-fabricmanager-(\d+)$").match, names) if m), default=None)
-    assert branch, names
+    # The driver version the image is built for: the archive's newest branch (lab/newest_branch.sh, as the default
+    # scenario's rollout reads it) and its Fabric Manager's version today (an upload replaces them: on 2026-12-03
+    # 580.178.04 by 580.196.07, whose restricted packages, Fabric Manager's dependency, the lab's network answers 404 for,
+    # and 615 by 620), so they are read, not written here; the plan must find the exact package version for it.
+    branch = subprocess.run(["chroot", str(root), "sh", "-s"], input=(REPO / "lab/newest_branch.sh").read_text(),
+                            check=True, env=env, capture_output=True, text=True).stdout.strip()
+    assert re.fullmatch(r"\d{3}", branch), branch
     policy = subprocess.run(["chroot", str(root), "apt-cache", "policy", f"nvidia-fabricmanager-{branch}"],
                             check=True, env=env, capture_output=True, text=True).stdout
     candidate = re.search(r"Candidate: (\d+\.\d+\.\d+)-", policy)
     assert candidate, policy
-    yield root, base, candidate.group(1), str(branch)
+    yield root, base, candidate.group(1), branch
     mounts = Path("/proc/self/mounts").read_text()
     assert f" {root}/" not in mounts, f"something is still mounted under {root}"
     shutil.rmtree(root)
