@@ -48,9 +48,8 @@ from .images import cache_dir
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}
 FIRST = "bench-noble"
-# The branch the first install pins on the H100 machine and the one the upgrade moves it to (the archive's
-# newest), as in the default scenario's rollout.
-# The upgrade's branch is read from the machine's index at the time (lab/newest_branch.sh): the archive's newest.
+# The branch the first install pins on the H100 machine; the upgrade moves it to the archive's newest, read from the
+# machine's index at the time (lab/newest_branch.sh), as in the default scenario's rollout.
 FIRST_BRANCH = "580"
 UPGRADE_ROW = "upgrade_driver.yml, 1 node"
 # Runs of each no-op playbook row: its figure is their median.
