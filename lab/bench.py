@@ -11,7 +11,8 @@ does (kernel, containerd), then times:
   cores); a check-mode run on a converged node;
 - a no-op `site.yml` on the three, after a first one, the median of three;
 - `gpu_info` on the 8-GPU profile (HGX H100): one read, in process, against the profile's sysfs and NVML;
-- `upgrade_driver.yml` on one node (580 to the archive's newest branch, DKMS, with Fabric Manager);
+- `upgrade_driver.yml` on one node (from the branch before the archive's newest to the newest, DKMS, with Fabric
+  Manager);
 - `cluster.yml` on a thousand KWOK nodes (no machines), first and no-op; the first run's own work is its time
   less the validation's wait for the cluster to converge (the time the validation reports).
 
@@ -48,9 +49,9 @@ from .images import cache_dir
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}
 FIRST = "bench-noble"
-# The branch the first install pins on the H100 machine; the upgrade moves it to the archive's newest, read from the
-# machine's index at the time (lab/newest_branch.sh), as in the default scenario's rollout.
-FIRST_BRANCH = "580"
+# The first install pins the H100 machine to the branch before the archive's newest; the upgrade moves it to the newest.
+# Both are read from the machine's index at the time (lab/newest_branch.sh), as in the default scenario.
+FIRST_BRANCH, UPGRADE_BRANCH = 2, 1
 UPGRADE_ROW = "upgrade_driver.yml, 1 node"
 # Runs of each no-op playbook row: its figure is their median.
 NOOP_RUNS = 3
@@ -165,7 +166,6 @@ def inventory_dir(bench: Bench) -> Path:
                     gpuops_node_feature_discovery_crds_url=f"file://{bench.state}/cluster/nfd-api-crds.yaml",
                     gpuops_validation_timeout=240)
     (inv / "group_vars/all.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
-    (inv / f"host_vars/{FIRST}.yml").write_text(yaml.safe_dump({"gpuops_driver_branch": FIRST_BRANCH}))
     return inv
 
 
@@ -193,12 +193,14 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
     bench.lab("up", *specs, "--base-port", str(bench.base_port), "--inventory", str(inv / "hosts.yml"))
     bench.lab("cluster", "up")
     bench.lab("repo", "up", "--port", str(bench.repo_port))
-    for prep in ("kernel.yml", "runtime.yml"):
+    for prep in ("kernel.yml", "archive_holes.yml", "runtime.yml"):
         bench._run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(REPO / "molecule/shared" / prep)])
     rest = ",".join(n for n in MACHINES if n != FIRST)
 
+    first = archive_branch(bench, inv, FIRST_BRANCH)
+    (inv / f"host_vars/{FIRST}.yml").write_text(yaml.safe_dump({"gpuops_driver_branch": first}))
     took, recap, _out = bench.playbook("node.yml", inv, "--limit", FIRST)
-    bench.add("first install, node.yml, 1 machine (DKMS)", took, f"{FIRST}, branch {FIRST_BRANCH}; {_tasks(recap)}")
+    bench.add("first install, node.yml, 1 machine (DKMS)", took, f"{FIRST}, branch {first}; {_tasks(recap)}")
     bench.add("first install, precompiled modules", None, "not reachable from the lab (Canonical's pool answers 404)")
     took, recap, _out = bench.playbook("node.yml", inv, "--limit", rest)
     bench.add("first install, node.yml, 2 machines at once (DKMS)", took, rest)
@@ -246,15 +248,15 @@ def machines_part(bench: Bench, upgrade: bool) -> None:
                                     if waits else "validation's waits not reported"))
 
     if upgrade:
-        target = newest_branch(bench, inv)
+        target = archive_branch(bench, inv, UPGRADE_BRANCH)
         took, recap, _out = bench.playbook("upgrade_driver.yml", inv, "--limit", FIRST, "-e", f"gpuops_upgrade_branch={target}")
-        bench.add(UPGRADE_ROW, took, f"{FIRST_BRANCH} to {target} (the archive's newest), DKMS, Fabric Manager with it")
+        bench.add(UPGRADE_ROW, took, f"{first} to {target} (the archive's newest), DKMS, Fabric Manager with it")
 
 
-def newest_branch(bench: Bench, inv: Path) -> str:
-    """The archive's newest driver branch with packages of its own, as the first machine's index has it."""
+def archive_branch(bench: Bench, inv: Path, nth: int) -> str:
+    """The archive's nth newest driver branch with packages of its own (1: the newest), as the first machine's index has it."""
     res = bench._run([str(Path(sys.executable).parent / "ansible"), "-i", str(inv), FIRST, "-m", "ansible.builtin.script",
-                      "-a", str(REPO / "lab/newest_branch.sh")],
+                      "-a", f"{REPO / 'lab/newest_branch.sh'} {nth}"],
                      env={"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     return newest_from_json(res.stdout, FIRST)
 
