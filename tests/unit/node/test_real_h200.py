@@ -1,6 +1,7 @@
 """What the collection makes of a real GPU: gpu_info's reading of an NVIDIA H200 (driver 580.159.04, open modules, a
 Firecracker VM on the device machine this project is sometimes lent), recorded on 2026-11-28 in
-recorded/h200-580.159.04-gpu_info.json. Schema 5: it predates node.runfile, which that machine did not have.
+recorded/h200-580.159.04-gpu_info.json, and read again on 2026-12-04 (lab/device_check.sh) on another such machine:
+the same but for the GPU's UUID and the VM's kernel, and schema 6 (node.runfile: null). The file is the second reading.
 
 The lab's GPUs are fakes; this is the one reading here that real NVML made. The checks compare what the collection derives
 from it with what NVIDIA publishes for that GPU (shared/reference/cluster-facts.md: mig-parted's default configs)."""
@@ -23,11 +24,10 @@ RECORDED = json.loads((Path(__file__).parent / "recorded/h200-580.159.04-gpu_inf
 
 @pytest.fixture
 def h200() -> dict:
-    """The reading brought to the current schema: the keys added since, as that machine would have answered them."""
+    """The reading brought to the current schema: a later schema adds its keys here, as that machine would answer them."""
     info = copy.deepcopy(RECORDED["gpu_info"])
-    assert info["schema_version"] == 5
+    assert info["schema_version"] == 6
     info["schema_version"] = facts.SCHEMA_VERSION
-    info["node"]["runfile"] = None
     return info
 
 
