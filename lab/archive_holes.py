@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     found = releases((read_index(path), uri) for path, uri in index_files() if os.path.exists(path))
     pinned, unserved = plan(found, served)
     changed = write(argv[1], preferences(pinned) if pinned else None)
-    print(json.dumps({"changed": changed, "pinned": {s: [listed, older] for s, (listed, older, _) in pinned.items()},
+    print(json.dumps({"changed": changed, "pinned": {s: [listed, older] for s, (listed, older, _packages) in pinned.items()},
                       "unserved": unserved}))
     return 0
 

@@ -20,12 +20,13 @@ def stanza(package: str, version: str, source: str | None = None) -> str:
 
 # As Ubuntu 22.04's indexes listed them on 2026-12-04: the updates pocket at 580.196.07, security still at 580.178.04.
 NEW, OLD = "580.196.07-0ubuntu0.22.04.1", "580.178.04-0ubuntu0.22.04.1"
+NEW_UPSTREAM, OLD_UPSTREAM = "580.196.07", "580.178.04"
 SRC = "nvidia-graphics-drivers-580-server"
 UPDATES = "\n".join([stanza("nvidia-headless-580-server", NEW, SRC), stanza("nvidia-utils-580-server", NEW, SRC),
-                     stanza(f"nvidia-firmware-580-server-{NEW.split('-')[0]}", NEW, f"{SRC} ({NEW})"),
+                     stanza(f"nvidia-firmware-580-server-{NEW_UPSTREAM}", NEW, f"{SRC} ({NEW})"),
                      stanza("bash", "5.1-6ubuntu1")])
 SECURITY = "\n".join([stanza("nvidia-headless-580-server", OLD, SRC), stanza("nvidia-utils-580-server", OLD, SRC),
-                      stanza(f"nvidia-firmware-580-server-{OLD.split('-')[0]}", OLD, SRC)])
+                      stanza(f"nvidia-firmware-580-server-{OLD_UPSTREAM}", OLD, SRC)])
 
 
 def test_releases_group_the_nvidia_sources_binaries_by_version():
@@ -55,7 +56,7 @@ def test_a_served_source_is_left_alone_and_nothing_is_probed_beyond_its_newest()
 
 def test_an_older_version_with_only_a_few_packages_does_not_stand_in():
     """Ubuntu 24.04's case: the index kept two architecture-independent packages of 580.178.04, not the driver."""
-    security = stanza(f"nvidia-firmware-580-server-{OLD.split('-')[0]}", OLD, SRC)
+    security = stanza(f"nvidia-firmware-580-server-{OLD_UPSTREAM}", OLD, SRC)
     found = holes.releases([(UPDATES, URI), (security, URI)])
     assert holes.plan(found, lambda url: NEW not in url) == ({}, {SRC: NEW})
 
