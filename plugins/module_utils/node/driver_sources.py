@@ -147,9 +147,14 @@ class UbuntuArchive(PackageSource):
         candidates |= index.candidates(wanted)
         complete = [b for b in branches if all(candidates.get(p) for p in self._packages(query, b))]
         if not complete:
+            # None at all: apt's lists name no driver (never refreshed, as on a machine that has had no network, or the
+            # restricted component left out), which the kernel is not the cause of.
+            lists = "" if branches or index.package_names("nvidia-headless-no-dkms-") else (
+                "; apt's package lists name no NVIDIA driver package here: refresh them (apt-get update), with the restricted "
+                "component enabled")
             raise driver.PlanError("gpuops_driver_branch",
                                    f"unset, and no -server driver branch has every package for kernel {query.kernel} in {self.where(query)} "
-                                   f"(branches with packages: {', '.join(map(str, branches)) or 'none'})")
+                                   f"(branches with packages: {', '.join(map(str, branches)) or 'none'}){lists}")
         return complete[-1]
 
 

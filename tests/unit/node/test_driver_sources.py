@@ -107,6 +107,13 @@ def test_ubuntu_archive_without_a_branch_for_the_kernel_names_the_branches_it_ha
         UbuntuArchive().choose(query(kernel="6.8.0-90-generic"), Index.recorded("noble"))
 
 
+def test_ubuntu_archive_with_no_driver_in_the_lists_says_to_refresh_them():
+    """The device machine's case (lab/device_check.sh): no network, so package lists that name no NVIDIA package."""
+    with pytest.raises(PlanError, match=r"\(branches with packages: none\); apt's package lists name no NVIDIA driver package here: "
+                                        r"refresh them \(apt-get update\), with the restricted component enabled$"):
+        UbuntuArchive().choose(query(), Index({}))
+
+
 def test_ubuntu_archive_keeps_an_installed_branch_retired_since_and_says_what_an_install_would_bring():
     """A node on 570 from before Canonical made 570's packages depend on 580's: the plan keeps it, with a warning."""
     index = Index.recorded("noble")
