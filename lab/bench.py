@@ -159,6 +159,9 @@ def inventory_dir(bench: Bench) -> Path:
     inv = bench.state / "inventory"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "host_vars").mkdir(exist_ok=True)
+    # An earlier run's (or a person's) host settings would change what this run measures: the run writes its own.
+    for stale in (inv / "host_vars").glob("*"):
+        stale.unlink()
     settings = yaml.safe_load((REPO / "inventories/lab/group_vars/all.yml").read_text())
     url = f"http://127.0.0.1:{bench.repo_port}"
     settings.update(gpuops_container_toolkit_repo_url=url, gpuops_container_toolkit_repo_key_url=f"{url}/gpgkey",
