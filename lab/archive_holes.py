@@ -25,7 +25,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 
-SOURCES = re.compile(r"^(nvidia-graphics-drivers|fabric-manager|libnvidia-nscq|nvidia-imex)(-|$)")
+SOURCE_NAMES = ("nvidia-graphics-drivers", "fabric-manager", "libnvidia-nscq", "nvidia-imex")
+SOURCES = re.compile(rf"^({'|'.join(SOURCE_NAMES)})(-|$)")
 HEADER = "# Written by the gpuops lab (lab/archive_holes.py): do not edit; it is rewritten or removed on each run.\n"
 
 
@@ -42,7 +43,11 @@ def read_index(path: str) -> str:
 
 
 def stanzas(text: str) -> Iterable[dict[str, str]]:
+    """The index's records of the NVIDIA sources: a record of one names its source in Source: or, without one, in
+    Package:, so a block without any of their names is left unparsed (most of an index: main and universe)."""
     for block in text.split("\n\n"):
+        if not any(name in block for name in SOURCE_NAMES):
+            continue
         fields = dict(m.groups() for m in re.finditer(r"^([A-Za-z-]+):[ \t]*(.*)$", block, re.M))
         if fields.get("Package"):
             yield fields
