@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .supervise import process_alive, remove_cgroup
+from .cgroups import parse_own, remove_cgroup
+from .supervise import process_alive
 
 MOUNTS = Path("/proc/self/mounts")
 OWN_CGROUPS = Path("/proc/self/cgroup")
@@ -75,22 +76,6 @@ def parse_mounts(text: str) -> dict[str, Path]:
                 if option in ("cpu", "cpuacct"):
                     found.setdefault(option, where)
     return found
-
-
-def parse_own(text: str) -> dict[str, str]:
-    """The caller's cgroup path per hierarchy, from /proc/self/cgroup: each v1 controller by name, 'v2' for '0::'."""
-    own: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = line.split(":", 2)
-        if len(fields) != 3:
-            continue
-        hid, controllers, path = fields
-        if hid == "0" and controllers == "":
-            own["v2"] = path
-        for controller in controllers.split(","):
-            if controller:
-                own[controller] = path
-    return own
 
 
 def plan(mounts: dict[str, Path], own: dict[str, str], leaf: str) -> Group | str:
@@ -152,7 +137,7 @@ def sweep(group: Group, alive: Callable[[int], bool] = process_alive) -> list[Pa
 
 def remove(dirs: list[Path] | tuple[Path, ...], wait: float = 10.0) -> list[Path]:
     """Remove the cgroups (and any left below them) once their processes are gone, waiting up to `wait` seconds
-    (supervise.remove_cgroup, as for the machines' own); those that stay are returned."""
+    (cgroups.remove_cgroup, as for the machines' own); those that stay are returned."""
     left = []
     for d in dirs:
         try:

@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .cgroups import parse_own, remove_cgroup
 from .distros import get_distro
 from .errors import LabError
 from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
-from .lanes import parse_own
-from .supervise import process_alive, remove_cgroup
+from .supervise import process_alive
 
 DEFAULT_BASE_PORT = 2221
 SUPERVISOR_MODULE = "lab.supervise"

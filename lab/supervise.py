@@ -15,7 +15,6 @@ before every start), --max-restarts N and --window SECONDS (at most N restarts w
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -25,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+from .cgroups import remove_cgroup
 
 REBOOT_STATUS = 133
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -45,28 +46,6 @@ def process_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def remove_cgroup(path: Path, busy_for: float = 30.0) -> None:
-    """Remove a cgroup and the (empty) cgroups below it, deepest first.
-
-    A cgroup whose last process has just exited can still answer EBUSY for a moment while the kernel
-    lets go of it (seen on journald's cgroup right after a machine powered off, for over 10 s on a loaded
-    2-core CI machine after the driver upgrade's reboots): such a directory is tried again for up to
-    `busy_for` seconds before the error is raised.
-    """
-    if not path.is_dir():
-        return
-    deadline = time.monotonic() + busy_for
-    for sub in [*sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True), path]:
-        while True:
-            try:
-                sub.rmdir()
-                break
-            except OSError as exc:
-                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.1)
 
 
 @dataclass

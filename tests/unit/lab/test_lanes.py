@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from lab import lanes
-from lab.lanes import Group, LaneResult, format_lanes, parse_mounts, parse_own, plan, record, run_lane, v1_shares
+from lab.cgroups import parse_own
+from lab.lanes import Group, LaneResult, format_lanes, parse_mounts, plan, record, run_lane, v1_shares
 
 # /proc/self/mounts and /proc/self/cgroup of this lab host (cgroup v1 with a v2 hierarchy beside, no controllers on it).
 HYBRID_MOUNTS = """\

@@ -155,7 +155,7 @@ def test_machine_cgroups_without_a_hierarchy(tmp_path):
 
 
 def test_remove_cgroup_removes_the_tree_deepest_first(tmp_path):
-    from lab.machines import remove_cgroup
+    from lab.cgroups import remove_cgroup
 
     (tmp_path / "m/system.slice/ssh.service").mkdir(parents=True)
     (tmp_path / "m/init.scope").mkdir()
@@ -168,7 +168,7 @@ def test_remove_cgroup_waits_out_a_cgroup_that_is_busy_for_a_moment(tmp_path, mo
     import errno
     from pathlib import Path
 
-    from lab.machines import remove_cgroup
+    from lab.cgroups import remove_cgroup
 
     (tmp_path / "m/system.slice/systemd-journald.service").mkdir(parents=True)
     real = Path.rmdir
@@ -189,7 +189,7 @@ def test_remove_cgroup_gives_up_on_a_cgroup_that_stays_busy(tmp_path, monkeypatc
     import errno
     from pathlib import Path
 
-    from lab.machines import remove_cgroup
+    from lab.cgroups import remove_cgroup
 
     (tmp_path / "m/init.scope").mkdir(parents=True)
 
@@ -222,3 +222,17 @@ def test_a_port_in_time_wait_is_free_for_sshd():
         conn.close()  # the server side closes first, so its end goes to TIME_WAIT
         client.close()
     assert not port_in_use(port)
+
+
+@pytest.mark.parametrize("module", ["lab.machines", "lab.supervise", "lab.cluster", "lab.inventory"])
+def test_the_machine_layer_does_not_load_the_ci_timing(module):
+    """The machines (and what builds on them) work without `make test`'s timing and lanes: importing them loads neither."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"import sys, {module}; print(' '.join(sorted(m for m in sys.modules if m.startswith('lab.'))))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert module in out
+    assert not {"lab.lanes", "lab.timing"} & set(out), out
