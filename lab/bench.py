@@ -43,8 +43,8 @@ import yaml
 
 from .cluster import scale_nodes
 from .facts import cluster_inventory, fact_cache_env, move_facts_to_cache, profile_mig_config, profile_mig_configs
-from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
+from .sim.hardware import build_fake_nvml, load_profile, write_hardware
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINES = {"bench-noble": "noble:hgx-h100", "bench-jammy": "jammy:a100-pcie-mig", "bench-bookworm": "bookworm:v100"}

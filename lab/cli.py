@@ -17,10 +17,10 @@ from . import interrupt, lanes, timing, toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
-from .hardware import profile_names
 from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
 from .inventory import write_inventory
 from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
+from .sim.hardware import profile_names
 from .toolchain import ensure_toolchain
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ built from Go modules, with KWOK simulating the kubelets of the nodes.
 cluster's state directory. Nodes are then created by us: one per lab machine, named after it (so a host
 in gpu_nodes and its Node line up), plus, with --nodes N, N more of mixed hardware profiles. A node
 carries what NFD would put there (PCI vendor, OS and kernel labels) and CPU, memory and pods capacity;
-its GPU capacity is not preset: the simulated device plugin (devplugin_sim.py) sets it once a device
+its GPU capacity is not preset: the simulated device plugin (lab/sim/devplugin.py) sets it once a device
 plugin pod runs on the node.
 
 Node Feature Discovery is real: the release's CRDs (NodeFeature, NodeFeatureRule, NodeFeatureGroup) are
@@ -32,10 +32,10 @@ from pathlib import Path
 
 from .distros import DISTROS
 from .errors import LabError
-from .hardware import load_profile, profile_names
 from .hostlock import host_lock
 from .machines import Lab, process_start, same_process, state_dir, wait_gone
 from .retry import Backoff, retry
+from .sim.hardware import load_profile, profile_names
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
 
 CLUSTER_NAME = "gpuops-lab"
@@ -355,7 +355,7 @@ class Cluster:
     def _start_devplugin_sim(self) -> int:
         with (self.dir / "devplugin-sim.log").open("a") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "lab.devplugin_sim", "--kubeconfig", str(self.kubeconfig)],
+                [sys.executable, "-m", "lab.sim.devplugin", "--kubeconfig", str(self.kubeconfig)],
                 cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from .distros import DISTROS
-from .hardware import build_fake_nvml, load_profile, write_hardware
 from .images import cache_dir
+from .sim.hardware import build_fake_nvml, load_profile, write_hardware
 
 REPO = Path(__file__).resolve().parents[1]
 

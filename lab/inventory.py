@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 
 from .facts import profile_mig_config, profile_mig_configs
-from .hardware import HW_PATH, NVML_LIBRARY, load_profile
 from .machines import Machine, ssh_option_args
+from .sim.hardware import HW_PATH, NVML_LIBRARY, load_profile
 
 GROUP = "gpu_nodes"
 

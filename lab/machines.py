@@ -25,8 +25,8 @@ from pathlib import Path
 from .cgroups import parse_own, remove_cgroup
 from .distros import get_distro
 from .errors import LabError
-from .hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
+from .sim.hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .supervise import process_alive
 
 DEFAULT_BASE_PORT = 2221

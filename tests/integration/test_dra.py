@@ -1,7 +1,7 @@
 """GPUs scheduled with NVIDIA's DRA driver (issue 22, `gpuops_gpu_scheduling: dra`) on the lab cluster, judged on the
 API server and by its real scheduler.
 
-The lab's stand-in for the DRA driver's kubelet plugin (lab/dra_sim.py) publishes a node's ResourceSlice from its
+The lab's stand-in for the DRA driver's kubelet plugin (lab/sim/dra.py) publishes a node's ResourceSlice from its
 hardware profile while the dra role's plugin pod runs there, so the real kube-scheduler allocates ResourceClaims from
 the devices a node of that profile has. In order: a run deploys the DRA driver in place of the device plugin and
 validates every node's devices (the smoke test claims one through the scheduler); a second run changes nothing; a claim

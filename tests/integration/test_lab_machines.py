@@ -17,7 +17,7 @@ from lab.machines import Lab, port_in_use
 
 REPO = Path(__file__).resolve().parents[2]
 MACHINES = {"t-noble-a": "noble", "t-noble-b": "noble", "t-jammy": "jammy", "t-bookworm": "bookworm"}
-# One machine with GPUs: its fake NVML is registered with dpkg (lab/hardware.py, register_nvml_package).
+# One machine with GPUs: its fake NVML is registered with dpkg (lab/sim/hardware.py, register_nvml_package).
 PROFILES = {"t-noble-b": "l40s"}
 
 

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nvml as nvml_module
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
-from lab.hardware import build_fake_nvml, load_profile, write_hardware
+from lab.sim.hardware import build_fake_nvml, load_profile, write_hardware
 
 
 def _refuse(*_args: object, **_kwargs: object) -> None:

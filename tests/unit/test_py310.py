@@ -119,7 +119,7 @@ print(json.dumps({"version": list(sys.version_info[:2]), "info": info, "slim": f
 @needs_310
 def test_gpu_info_and_what_reads_it_run_under_python_310(tmp_path):
     """The target-side path, run by a 3.10 interpreter on the lab's HGX H100 tree (no NVML there: the PCI view)."""
-    from lab.hardware import load_profile, write_hardware
+    from lab.sim.hardware import load_profile, write_hardware
 
     write_hardware(load_profile("hgx-h100"), tmp_path / "hw", "m", "5.15.0-1-generic", None)
     env = {**os.environ, "PYTHONPATH": str(REPO / ".build/collections")}

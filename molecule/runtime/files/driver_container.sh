@@ -4,7 +4,7 @@
 # the driver's libraries and tools (here the simulated driver's, from /opt/gpuops-lab/hw: the fake NVML copied with
 # its answers, so that nvidia-ctk finds it under that root), its device nodes (the simulated ones, bound), and the
 # marker its startup probe writes (/run/nvidia/validations/.driver-ctr-ready). The hardware tree's driver root is
-# made by lab/hardware.py; `stop` takes it all away again, as the container's end does.
+# made by lab/sim/hardware.py; `stop` takes it all away again, as the container's end does.
 set -eu
 hw=/opt/gpuops-lab/hw
 root=/run/nvidia/driver

@@ -1,5 +1,5 @@
 """NVIDIA's DRA driver from the cluster side (module_utils/cluster/dra.py and its filters), and the lab's stand-in for its
-kubelet plugin (lab/dra_sim.py), whose ResourceSlices validation counts."""
+kubelet plugin (lab/sim/dra.py), whose ResourceSlices validation counts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from ansible_collections.gpuops.nvidia.plugins.filter import cluster as cluster_
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as val
 
-from lab import dra_sim
-from lab.hardware import load_profile
+from lab.sim import dra as lab_dra
+from lab.sim.hardware import load_profile
 
 from .test_driver_container import row
 
@@ -83,20 +83,20 @@ def test_validation_counts_the_devices_the_plugin_publishes_as_the_facts_expect(
                                          "gpu.nvidia.com/mig-1g.10gb": 2}
     assert expected["no-gpu"] == {}
     # What the lab's plugin stand-in publishes for the same profiles counts the same.
-    published = dra.slice_devices([dra_sim.resource_slice(p, load_profile(p)) for p in ("hgx-h100", "a100-pcie-mig")]
+    published = dra.slice_devices([lab_dra.resource_slice(p, load_profile(p)) for p in ("hgx-h100", "a100-pcie-mig")]
                                   + [{"spec": {"driver": "other.example.com", "nodeName": "x", "devices": [{"name": "d"}]}}])
     assert published == {"hgx-h100": expected["hgx-h100"], "a100-pcie-mig": expected["a100-pcie-mig"]}
-    assert dra_sim.resource_slice("n", load_profile("no-gpu")) is None
+    assert lab_dra.resource_slice("n", load_profile("no-gpu")) is None
 
 
 def test_the_plugin_stand_in_describes_a_device_as_the_driver_does():
-    device = dra_sim.devices("n", load_profile("hgx-h100"))[0]
+    device = lab_dra.devices("n", load_profile("hgx-h100"))[0]
     assert device["name"] == "gpu-0"
     attrs = device["attributes"]
     assert attrs["type"] == {"string": "gpu"} and attrs["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
     assert attrs["architecture"] == {"string": "Hopper"} and attrs["cudaComputeCapability"] == {"version": "9.0.0"}
     # Leading zeros dropped, as the driver normalises its version.
-    assert attrs["driverVersion"] == {"version": "550.54.15"} and dra_sim.semver("570.124.06") == "570.124.6"
+    assert attrs["driverVersion"] == {"version": "550.54.15"} and lab_dra.semver("570.124.06") == "570.124.6"
     assert attrs["resource.kubernetes.io/pciBusID"] == {"string": "0000:18:00.0"}
     assert device["capacity"] == {"memory": {"value": "81559Mi"}}
 

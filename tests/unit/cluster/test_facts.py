@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import advertised, node_labels
 
-from lab.hardware import profile_names
+from lab.sim.hardware import profile_names
 
 A100_PROFILES = (
     ("1g.10gb", 7, 1, 9728), ("2g.20gb", 3, 2, 19968), ("3g.40gb", 2, 3, 40192), ("4g.40gb", 1, 4, 40192),

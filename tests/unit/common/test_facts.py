@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common import facts
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nvml
 
-from lab.hardware import profile_names
+from lab.sim.hardware import profile_names
 
 REPO = Path(__file__).resolve().parents[3]
 MODULE_UTILS = "ansible_collections.gpuops.nvidia.plugins.module_utils"

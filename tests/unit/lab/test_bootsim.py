@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from lab import bootsim
-from lab.hardware import install_boot_simulation, load_profile, write_hardware
+from lab.sim import boot, fabric
+from lab.sim.hardware import install_boot_simulation, load_profile, write_hardware
 
 GA, HWE = "5.15.0-204-generic", "6.8.0-149-generic"
 BUS_IDS = ["0000:4a:00.0", "0000:61:00.0", "0000:ca:00.0", "0000:e1:00.0"]
@@ -69,19 +72,19 @@ def proc_modules(hw: Path) -> list[str]:
 
 def test_the_lab_installs_the_script_its_unit_and_the_spec(machine):
     root, hw = machine
-    spec = json.loads((hw / bootsim.SPEC_NAME).read_text())
+    spec = json.loads((hw / boot.SPEC_NAME).read_text())
     assert spec == {"modules": ["nouveau", "drm_kms_helper", "ttm"], "gpu_bus_ids": BUS_IDS, "gpu_driver": "nouveau",
                     "host_kernel": "6.99.0-host", "fabric": None}
-    assert (root / bootsim.BOOT_SCRIPT.lstrip("/")).read_text() == Path(bootsim.__file__).read_text()
-    unit = (root / "etc/systemd/system" / bootsim.UNIT_NAME).read_text()
-    assert f"ExecStart=/usr/bin/python3 {bootsim.BOOT_SCRIPT}" in unit and "Before=sysinit.target ssh.service" in unit
-    link = root / "etc/systemd/system/sysinit.target.wants" / bootsim.UNIT_NAME
-    assert os.readlink(link) == f"/etc/systemd/system/{bootsim.UNIT_NAME}"
+    assert (root / boot.BOOT_SCRIPT.lstrip("/")).read_text() == Path(boot.__file__).read_text()
+    unit = (root / "etc/systemd/system" / boot.UNIT_NAME).read_text()
+    assert f"ExecStart=/usr/bin/python3 {boot.BOOT_SCRIPT}" in unit and "Before=sysinit.target ssh.service" in unit
+    link = root / "etc/systemd/system/sysinit.target.wants" / boot.UNIT_NAME
+    assert os.readlink(link) == f"/etc/systemd/system/{boot.UNIT_NAME}"
 
 
 def test_without_a_blacklist_nouveau_loads_again_on_the_host_kernel(machine):
     root, hw = machine
-    record = bootsim.boot(str(hw), str(root), Runner("options snd_hda_intel power_save=1\n"))
+    record = boot.boot(str(hw), str(root), Runner("options snd_hda_intel power_save=1\n"))
     assert record["kernel"] == "6.99.0-host"  # no kernel installed: the lab host's
     assert record["modules"]["nouveau"]["loaded"] and proc_modules(hw)[0] == "nouveau"
     assert record["unbound"] == [] and (hw / "sys/bus/pci/devices" / BUS_IDS[0] / "driver").is_symlink()
@@ -91,14 +94,14 @@ def test_without_a_blacklist_nouveau_loads_again_on_the_host_kernel(machine):
 def test_a_blacklist_keeps_nouveau_off_and_unbinds_the_gpus(machine):
     root, hw = machine
     kernel(root, "6.1.0-56-amd64")
-    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\noptions nouveau modeset=0\n"))
+    record = boot.boot(str(hw), str(root), Runner("blacklist nouveau\noptions nouveau modeset=0\n"))
     assert record["kernel"] == "6.1.0-56-amd64"
     assert (hw / "proc/sys/kernel/osrelease").read_text() == "6.1.0-56-amd64\n"
     assert not record["modules"]["nouveau"]["loaded"]
     assert proc_modules(hw) == ["drm_kms_helper", "ttm"]
     assert record["unbound"] == BUS_IDS
     assert not any((hw / "sys/bus/pci/devices" / b / "driver").is_symlink() for b in BUS_IDS)
-    assert json.loads((hw / bootsim.RECORD_NAME).read_text()) == record
+    assert json.loads((hw / boot.RECORD_NAME).read_text()) == record
 
 
 def test_an_initramfs_made_before_the_blacklist_loads_nouveau_anyway(machine):
@@ -106,11 +109,11 @@ def test_an_initramfs_made_before_the_blacklist_loads_nouveau_anyway(machine):
     kernel(root, "6.1.0-56-amd64")
     (root / "boot/initrd.img-6.1.0-56-amd64").write_bytes(b"")
     stale = {"usr/lib/modules/6.1.0-56-amd64/kernel/drivers/gpu/drm/nouveau/nouveau.ko.xz": ""}
-    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\n", stale))
+    record = boot.boot(str(hw), str(root), Runner("blacklist nouveau\n", stale))
     assert record["modules"]["nouveau"] == {"loaded": True, "why": "loaded from the initramfs, which does not blacklist it"}
     assert record["initramfs"]["modules"] == ["nouveau"]
     fresh = {**stale, "etc/modprobe.d/gpuops-blacklist-nouveau.conf": "blacklist nouveau\n"}
-    record = bootsim.boot(str(hw), str(root), Runner("blacklist nouveau\n", fresh))
+    record = boot.boot(str(hw), str(root), Runner("blacklist nouveau\n", fresh))
     assert not record["modules"]["nouveau"]["loaded"]
     assert record["modules"]["nouveau"]["why"] == "blacklisted in the modprobe configuration and in the initramfs"
 
@@ -119,32 +122,32 @@ def test_the_newest_kernel_boots_and_its_nvidia_module_is_found(machine):
     root, hw = machine
     kernel(root, GA, "updates/dkms/nvidia.ko")
     kernel(root, HWE)
-    record = bootsim.boot(str(hw), str(root), Runner())
+    record = boot.boot(str(hw), str(root), Runner())
     assert record["kernel"] == HWE and record["nvidia"] is None  # the update without its module
     kernel(root, HWE, "updates/dkms/nvidia.ko.zst")
-    record = bootsim.boot(str(hw), str(root), Runner())
+    record = boot.boot(str(hw), str(root), Runner())
     assert record["nvidia"] == {"path": str(root / "lib/modules" / HWE / "updates/dkms/nvidia.ko.zst"), "version": "580.126.20",
                                 "license": "NVIDIA"}
 
 
 def test_kernels_sort_by_their_numbers_and_need_an_image():
-    assert bootsim.boot_kernel(["6.8.0-9-generic", "6.8.0-10-generic"], "host") == "6.8.0-10-generic"
-    assert bootsim.boot_kernel([], "host") == "host"
+    assert boot.boot_kernel(["6.8.0-9-generic", "6.8.0-10-generic"], "host") == "6.8.0-10-generic"
+    assert boot.boot_kernel([], "host") == "host"
 
 
 def test_a_module_tree_without_a_kernel_image_does_not_boot(tmp_path):
     kernel(tmp_path, GA)
     (tmp_path / "lib/modules/6.8.0-149-generic").mkdir(parents=True)  # headers or leftovers, no vmlinuz
-    assert bootsim.installed_kernels(str(tmp_path)) == [GA]
+    assert boot.installed_kernels(str(tmp_path)) == [GA]
 
 
 def test_blacklist_parsing():
     text = "blacklist nouveau\ninstall rivafb /bin/false\nblacklist   nvidia-drm \noptions nouveau modeset=0\n# blacklist ttm\n"
-    assert bootsim.blacklisted(text) == {"nouveau", "rivafb", "nvidia_drm"}
+    assert boot.blacklisted(text) == {"nouveau", "rivafb", "nvidia_drm"}
 
 
 def test_a_machine_without_a_spec_is_left_alone(tmp_path, capsys):
-    assert bootsim.main(["boot.py", str(tmp_path)]) == 0
+    assert boot.main(["boot.py", str(tmp_path)]) == 0
     assert "nothing to simulate" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
 
@@ -167,7 +170,7 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     root, hw = hgx
     assert "550.54.15" in (hw / "proc/driver/nvidia/version").read_text()
     kernel(root, HWE, "updates/dkms/nvidia.ko.zst")
-    record = bootsim.boot(str(hw), str(root), Runner())
+    record = boot.boot(str(hw), str(root), Runner())
     assert record["driver_loaded"] is True
     assert (hw / "proc/driver/nvidia/version").read_text() == "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.126.20  Release Build\n"
     # NVML reports the loaded module's version, as the real library does; its other answers stay the profile's.
@@ -186,7 +189,7 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
 def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
     root, hw = hgx
     kernel(root, HWE, "updates/dkms/nvidia.ko")
-    record = bootsim.boot(str(hw), str(root), Runner(config="blacklist nvidia\n"))
+    record = boot.boot(str(hw), str(root), Runner(config="blacklist nvidia\n"))
     assert record["driver_loaded"] is False
     assert "550.54.15" in (hw / "proc/driver/nvidia/version").read_text()
     assert "driver_version=550.54.15" in (hw / "nvml/nvml.conf").read_text().splitlines()
@@ -195,7 +198,7 @@ def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):
 def test_a_machine_without_a_loaded_driver_gets_none_from_the_module(machine):
     root, hw = machine  # l40s: no driver loaded, no NVML conf
     kernel(root, HWE, "updates/dkms/nvidia.ko")
-    assert bootsim.boot(str(hw), str(root), Runner())["driver_loaded"] is False
+    assert boot.boot(str(hw), str(root), Runner())["driver_loaded"] is False
     assert not (hw / "proc/driver/nvidia/version").exists()
 
 
@@ -208,7 +211,18 @@ def test_the_fabric_stand_in_is_installed_only_where_the_profile_has_a_fabric(hg
     assert (hw / "nvml/fabric").read_text() == "not_started\n"
     # A Fabric Manager run completed the fabric; the next boot starts it over.
     (hw / "nvml/fabric").write_text("completed 0\n")
-    bootsim.boot(str(hw), str(root), Runner())
+    boot.boot(str(hw), str(root), Runner())
     assert (hw / "nvml/fabric").read_text() == "not_started\n"
     l40s_root, _hw = machine
     assert not (l40s_root / "etc/systemd/system/nvidia-fabricmanager.service.d").exists()
+
+
+@pytest.mark.parametrize(("module", "args", "said"), [(boot, ["hw"], "nothing to simulate"), (fabric, ["stop", "fabricmanager"], "")])
+def test_the_scripts_copied_onto_the_machines_run_alone(module, args, said, tmp_path):
+    """boot.py and fabric.py are copied onto the machines by path and run there by the machine's Python: they import
+    nothing of the lab (run here isolated, out of the repository)."""
+    script = tmp_path / Path(module.__file__).name
+    shutil.copyfile(module.__file__, script)
+    res = subprocess.run([sys.executable, "-I", str(script), *args], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert said in res.stdout

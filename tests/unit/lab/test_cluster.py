@@ -6,9 +6,9 @@ import pytest
 
 from lab import retry as retry_mod
 from lab.cluster import Cluster, NodeSpec, node_manifest, parse_node_spec, scale_nodes, transient_api_error
-from lab.devplugin_sim import Simulator, advertised, shared
 from lab.errors import LabError
-from lab.hardware import load_profile
+from lab.sim.devplugin import Simulator, advertised, shared
+from lab.sim.hardware import load_profile
 from lab.toolchain import kubernetes_wrapper_gomod, staging_replaces, staging_version, version_ldflags
 
 # What `go mod edit -json` prints for a k8s.io/kubernetes go.mod, cut down: staging replaces, and one that is not.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import fabricsim
+from lab.sim import fabric
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def daemon(tmp_path, monkeypatch):
     config = tmp_path / "fabricmanager.cfg"
     log = tmp_path / "fm.log"
     config.write_text(f"LOG_LEVEL=4\nLOG_FILE_NAME={log}\n")
-    monkeypatch.setitem(fabricsim.DAEMONS, "fabricmanager", ("nvidia-fabricmanager.service", str(binary), str(config), "/nonexistent"))
+    monkeypatch.setitem(fabric.DAEMONS, "fabricmanager", ("nvidia-fabricmanager.service", str(binary), str(config), "/nonexistent"))
     return hw, log
 
 
@@ -34,7 +34,7 @@ def loaded(hw: Path, version: str) -> None:
 def test_matching_driver_completes_the_fabric(daemon):
     hw, log = daemon
     loaded(hw, "580.178.04")
-    assert fabricsim.start("fabricmanager", str(hw)) == 0
+    assert fabric.start("fabricmanager", str(hw)) == 0
     assert (hw / "nvml/fabric").read_text() == "completed 0\n"
     assert "Successfully configured all the available NVSwitches" in log.read_text()
 
@@ -42,27 +42,27 @@ def test_matching_driver_completes_the_fabric(daemon):
 def test_a_mismatched_driver_fails_and_leaves_the_fabric(daemon):
     hw, log = daemon
     loaded(hw, "550.54.15")
-    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    assert fabric.start("fabricmanager", str(hw)) == 1
     assert (hw / "nvml/fabric").read_text() == "not_started\n"
     assert "580.178.04 does not match the loaded NVIDIA driver version 550.54.15" in log.read_text()
 
 
 def test_no_driver_loaded_fails(daemon):
     hw, log = daemon
-    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    assert fabric.start("fabricmanager", str(hw)) == 1
     assert "the driver is not loaded" in log.read_text()
 
 
 def test_usage():
-    assert fabricsim.main(["fabric.py", "start", "nvlsm"]) == 2
-    assert fabricsim.main(["fabric.py", "stop", "fabricmanager"]) == 0
+    assert fabric.main(["fabric.py", "start", "nvlsm"]) == 2
+    assert fabric.main(["fabric.py", "stop", "fabricmanager"]) == 0
 
 
 def test_a_planted_fault_fails_with_its_text_and_leaves_the_fabric_in_progress(daemon):
     hw, log = daemon
     loaded(hw, "580.178.04")
-    (hw / fabricsim.FAULT_NAME).write_text("NVSwitch 0000:05:00.0 failed to train its links\n")
-    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    (hw / fabric.FAULT_NAME).write_text("NVSwitch 0000:05:00.0 failed to train its links\n")
+    assert fabric.start("fabricmanager", str(hw)) == 1
     assert (hw / "nvml/fabric").read_text() == "in_progress\n"
     assert "[ERROR] [gpuops lab stand-in] NVSwitch 0000:05:00.0 failed to train its links" in log.read_text()
 
@@ -70,7 +70,7 @@ def test_a_planted_fault_fails_with_its_text_and_leaves_the_fabric_in_progress(d
 def test_the_daemon_s_version_is_its_package_s_where_dpkg_knows_the_binary(daemon, tmp_path, monkeypatch):
     """IMEX of branch 620 prints its own version (2.0.0.rel49), not the driver's: the package's version is the daemon's."""
     hw, log = daemon
-    binary = fabricsim.DAEMONS["fabricmanager"][1]
+    binary = fabric.DAEMONS["fabricmanager"][1]
     Path(binary).write_text("#!/bin/sh\necho 'IMEX version is: 2.0.0.rel49'\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -85,9 +85,9 @@ exit 2
 """)
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert fabricsim.daemon_version(binary) == "620.70.06"
+    assert fabric.daemon_version(binary) == "620.70.06"
     loaded(hw, "620.70.06")
-    assert fabricsim.start("fabricmanager", str(hw)) == 0
+    assert fabric.start("fabricmanager", str(hw)) == 0
     loaded(hw, "580.196.07")
-    assert fabricsim.start("fabricmanager", str(hw)) == 1
+    assert fabric.start("fabricmanager", str(hw)) == 1
     assert "version 620.70.06 does not match the loaded NVIDIA driver version 580.196.07" in log.read_text()

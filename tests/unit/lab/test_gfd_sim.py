@@ -6,32 +6,32 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation import expected_gfd_labels, hardware_labels
 
-from lab import gfd_sim
-from lab.devplugin_sim import Simulator
-from lab.hardware import load_profile, profile_names
+from lab.sim import gfd
+from lab.sim.devplugin import Simulator
+from lab.sim.hardware import load_profile, profile_names
 
 TS4 = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
 MPS2 = {"version": "v1", "sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
 
 
 def test_an_h100_node_with_time_slicing():
-    labels = gfd_sim.gfd_labels(load_profile("hgx-h100"), "mixed", TS4)
+    labels = gfd.gfd_labels(load_profile("hgx-h100"), "mixed", TS4)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
     assert labels["nvidia.com/gpu.replicas"] == "4" and labels["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert labels["nvidia.com/gpu.family"] == "hopper" and labels["nvidia.com/gpu.count"] == "8"
 
 
 def test_no_labels_without_a_driver_or_a_gpu_or_under_the_single_strategy():
-    assert gfd_sim.gfd_labels(load_profile("l40s"), "mixed", None) is None  # no driver loaded
-    assert gfd_sim.gfd_labels(load_profile("no-gpu"), "mixed", None) is None
-    assert gfd_sim.gfd_labels(load_profile("hgx-h100"), "single", None) is None
+    assert gfd.gfd_labels(load_profile("l40s"), "mixed", None) is None  # no driver loaded
+    assert gfd.gfd_labels(load_profile("no-gpu"), "mixed", None) is None
+    assert gfd.gfd_labels(load_profile("hgx-h100"), "single", None) is None
 
 
 @pytest.mark.parametrize("config", [None, TS4, MPS2], ids=["none", "ts-4", "mps-2"])
 @pytest.mark.parametrize("strategy", ["none", "mixed"])
-@pytest.mark.parametrize("profile", [p for p in profile_names() if gfd_sim.gfd_labels(load_profile(p), "none", None)])
+@pytest.mark.parametrize("profile", [p for p in profile_names() if gfd.gfd_labels(load_profile(p), "none", None)])
 def test_the_lab_and_the_collection_agree_on_the_labels_validation_compares(info_of, profile, strategy, config):
-    lab = gfd_sim.gfd_labels(load_profile(profile), strategy, config)
+    lab = gfd.gfd_labels(load_profile(profile), strategy, config)
     expected = expected_gfd_labels(info_of(profile), config, strategy)
     assert expected is not None
     assert hardware_labels(lab) == expected

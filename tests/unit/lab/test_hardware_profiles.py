@@ -15,7 +15,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import n
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 from lab.errors import LabError
-from lab.hardware import build_fake_nvml, load_profile, mig_layout, nvml_conf, profile_names, write_hardware
+from lab.sim.hardware import build_fake_nvml, load_profile, mig_layout, nvml_conf, profile_names, write_hardware
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_fabric_states_the_lab_can_plant(planted, want, tmp_path, fake_nvml):
 
 def test_an_unknown_fabric_state_is_refused(tmp_path, monkeypatch):
     (tmp_path / "x.yml").write_text("description: x\nfabric: done\n")
-    monkeypatch.setattr("lab.hardware.PROFILE_DIR", tmp_path)
+    monkeypatch.setattr("lab.sim.hardware.PROFILE_DIR", tmp_path)
     with pytest.raises(LabError, match="fabric 'done' is not one of not_started, in_progress, completed, failed"):
         load_profile("x")
 

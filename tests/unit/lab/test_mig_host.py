@@ -14,8 +14,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
-from lab import bootsim
-from lab.hardware import build_fake_nvml, load_profile, write_hardware
+from lab.sim import boot
+from lab.sim.hardware import build_fake_nvml, load_profile, write_hardware
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_a_held_gpu_leaves_the_mode_pending_until_the_boot(a100):
     facts = read(a100)
     _errors, plans = mig.plan(facts, configs(facts), "all-balanced", "v")
     assert [(p["change"], p["pending"]) for p in plans] == [(False, False), (True, True)]
-    assert bootsim.reset_mig(str(a100))
+    assert boot.reset_mig(str(a100))
     # The boot applies the mode and, as a reset does, drops GPU 0's instances: the next run creates them.
     assert layout(read(a100)) == [(True, True, []), (True, True, [])]
     run(a100, "all-balanced")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lab import migmgr_sim
-from lab.devplugin_sim import Simulator, advertised
-from lab.hardware import load_profile
+from lab.sim import migmgr
+from lab.sim.devplugin import Simulator, advertised
+from lab.sim.hardware import load_profile
 from tests.unit.lab.test_cluster import FakeCoreV1, _obj
 
 A100 = "0x20B510DE"
@@ -22,12 +22,12 @@ CONFIGS = {
 
 def test_each_gpu_takes_the_first_entry_that_selects_it():
     a100 = load_profile("a100-pcie-mig")
-    assert advertised(migmgr_sim.apply(a100, CONFIGS, "all-1g.10gb"), "mixed") == {"nvidia.com/mig-1g.10gb": 14}
-    assert advertised(migmgr_sim.apply(a100, CONFIGS, "all-disabled"), "mixed") == {"nvidia.com/gpu": 2}
+    assert advertised(migmgr.apply(a100, CONFIGS, "all-1g.10gb"), "mixed") == {"nvidia.com/mig-1g.10gb": 14}
+    assert advertised(migmgr.apply(a100, CONFIGS, "all-disabled"), "mixed") == {"nvidia.com/gpu": 2}
     # GPU 0 is not selected: it keeps its devices.
-    assert advertised(migmgr_sim.apply(a100, CONFIGS, "gpu1-7g"), "mixed") == {
+    assert advertised(migmgr.apply(a100, CONFIGS, "gpu1-7g"), "mixed") == {
         "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-7g.80gb": 1}
-    assert migmgr_sim.apply(a100, CONFIGS, "other-model")["gpus"]["mig_enabled"] == [True, False]
+    assert migmgr.apply(a100, CONFIGS, "other-model")["gpus"]["mig_enabled"] == [True, False]
     assert load_profile("a100-pcie-mig")["gpus"]["mig_enabled"] == [True, False]  # the profile itself is not changed
 
 
@@ -37,8 +37,8 @@ def test_each_gpu_takes_the_first_entry_that_selects_it():
     ("l40s", "all-disabled", "cannot do MIG"),
 ])
 def test_what_mig_parted_would_refuse(profile, name, message):
-    with pytest.raises(migmgr_sim.MigError, match=message):
-        migmgr_sim.apply(load_profile(profile), CONFIGS, name)
+    with pytest.raises(migmgr.MigError, match=message):
+        migmgr.apply(load_profile(profile), CONFIGS, name)
 
 
 class FakeNodes(FakeCoreV1):
@@ -53,7 +53,7 @@ class FakeNodes(FakeCoreV1):
         return node
 
     def patch_node(self, name, body):
-        self.states.append((name, body["metadata"]["labels"][migmgr_sim.MIG_STATE]))
+        self.states.append((name, body["metadata"]["labels"][migmgr.MIG_STATE]))
 
 
 def _manager(uid, node):
@@ -107,6 +107,6 @@ def test_the_lab_and_the_collection_agree_on_the_layout_a_config_gives(info_of, 
     # Two readings of mig-parted's rule (the first entry that selects a GPU): the lab's, on the profile, and the
     # collection's (validation's expectation), on gpu_info.
     from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_nodes, expected_allocatable
-    lab = advertised(migmgr_sim.apply(load_profile("a100-pcie-mig"), CONFIGS, name), "mixed")
+    lab = advertised(migmgr.apply(load_profile("a100-pcie-mig"), CONFIGS, name), "mixed")
     nodes = cluster_nodes(["a100"], {"a100": {"gpuops_gpu_info": info_of("a100-pcie-mig")}}, {"gpuops_device_plugin_config": ""})
     assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100": CONFIGS[name]})["a100"] == lab

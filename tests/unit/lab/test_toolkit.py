@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab import toolkit
-from lab.hardware import load_profile, write_driver_root
+from lab.sim.hardware import load_profile, write_driver_root
 
 
 def test_release_lists_each_index_file_with_its_hash_and_size():

@@ -12,7 +12,7 @@ from ansible.module_utils.facts.system.distribution import DistributionFactColle
 from ansible.module_utils.facts.system.platform import PlatformFactCollector
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_info, rdma_info
 
-from lab.hardware import build_fake_nvml, load_profile, write_hardware
+from lab.sim.hardware import build_fake_nvml, load_profile, write_hardware
 
 from ..harness import call
 

@@ -1,6 +1,6 @@
 """The lab's stand-in for GPU Feature Discovery's labeller: what GFD would write for a node, from its hardware profile.
 
-KWOK runs no container, so no GFD reads the simulated GPUs. The simulated device plugin (devplugin_sim.py)
+KWOK runs no container, so no GFD reads the simulated GPUs. The simulated device plugin (devplugin.py)
 also watches GFD's pods (`app=gpu-feature-discovery`, the GPU Operator's label, which the collection's role
 keeps): when one runs on a node whose profile has a loaded driver, it writes the NodeFeature object GFD writes
 (`nvidia-features-for-<node>` in the pod's namespace, labelled `nfd.node.kubernetes.io/node-name`), and the

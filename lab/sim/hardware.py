@@ -32,11 +32,11 @@ from pathlib import Path
 
 import yaml
 
-from . import bootsim, fabricsim
-from .errors import LabError
+from ..errors import LabError
+from . import boot, fabric
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
-FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fakenvml/fake_nvml.c"
+FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "fake_nvml.c"
 HW_PATH = "/opt/gpuops-lab/hw"
 NVML_LIBRARY = f"{HW_PATH}/nvml/libnvidia-ml.so.1"
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
@@ -280,7 +280,7 @@ def write_hardware(profile: dict, dest: Path, machine: str, kernel_release: str,
     _write(proc_dir / "sys/kernel/osrelease", kernel_release + "\n")
     driver = profile.get("driver") or {}
     if driver.get("loaded"):
-        _write(proc_dir / "driver/nvidia/version", bootsim.driver_version_line(driver["version"], driver.get("flavour") == "open"))
+        _write(proc_dir / "driver/nvidia/version", boot.driver_version_line(driver["version"], driver.get("flavour") == "open"))
     if gpus and nvml_library is not None:
         (dest / "nvml").mkdir()
         shutil.copy2(nvml_library, dest / "nvml/libnvidia-ml.so.1")
@@ -355,10 +355,10 @@ def register_nvml_package(root: Path) -> None:
 
 
 def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None:
-    """The machine's stand-in for its kernel's boot (lab/bootsim.py): the script, its unit and what the hardware asks for.
+    """The machine's stand-in for its kernel's boot (lab/sim/boot.py): the script, its unit and what the hardware asks for.
 
     At every boot the unit decides, from the machine's own kernels, modprobe configuration and initramfs,
-    which kernel runs and which of the profile's modules load (see bootsim's docstring).
+    which kernel runs and which of the profile's modules load (see boot.py's docstring).
     """
     hw = root / HW_PATH.lstrip("/")
     gpus = profile.get("gpus") or {}
@@ -370,28 +370,28 @@ def install_boot_simulation(profile: dict, root: Path, host_kernel: str) -> None
         # The NVLink fabric as the boot leaves it, before any Fabric Manager runs (fake NVML's "fabric" file).
         "fabric": FABRIC_STATES[profile["fabric"]] if profile.get("fabric") else None,
     }
-    _write(hw / bootsim.SPEC_NAME, json.dumps(spec, indent=2, sort_keys=True) + "\n")
-    script = root / bootsim.BOOT_SCRIPT.lstrip("/")
+    _write(hw / boot.SPEC_NAME, json.dumps(spec, indent=2, sort_keys=True) + "\n")
+    script = root / boot.BOOT_SCRIPT.lstrip("/")
     script.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(bootsim.__file__), script)
+    shutil.copyfile(Path(boot.__file__), script)
     units = root / "etc/systemd/system"
-    (units / bootsim.UNIT_NAME).write_text(bootsim.UNIT)
+    (units / boot.UNIT_NAME).write_text(boot.UNIT)
     if profile.get("fabric"):
         install_fabric_standin(root)
     wants = units / "sysinit.target.wants"
     wants.mkdir(parents=True, exist_ok=True)
-    link = wants / bootsim.UNIT_NAME
+    link = wants / boot.UNIT_NAME
     if not link.is_symlink():
-        link.symlink_to(f"/etc/systemd/system/{bootsim.UNIT_NAME}")
+        link.symlink_to(f"/etc/systemd/system/{boot.UNIT_NAME}")
 
 
 def install_fabric_standin(root: Path) -> None:
-    """LAB ONLY: the Fabric Manager and IMEX stand-in (lab/fabricsim.py) and the drop-ins that run it.
+    """LAB ONLY: the Fabric Manager and IMEX stand-in (lab/sim/fabric.py) and the drop-ins that run it.
 
     The drop-ins wait in /etc/systemd/system/<unit>.d for the real packages, whose units they amend.
     """
-    script = root / fabricsim.SCRIPT.lstrip("/")
+    script = root / fabric.SCRIPT.lstrip("/")
     script.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(fabricsim.__file__), script)
-    for unit, text in fabricsim.DROPINS.items():
-        _write(root / "etc/systemd/system" / f"{unit}.d" / fabricsim.DROPIN_NAME, text)
+    shutil.copyfile(Path(fabric.__file__), script)
+    for unit, text in fabric.DROPINS.items():
+        _write(root / "etc/systemd/system" / f"{unit}.d" / fabric.DROPIN_NAME, text)

@@ -1,7 +1,7 @@
 """The lab's stand-in for the MIG manager: what mig-parted does to a node's GPUs for a config.
 
 KWOK runs no container, so no MIG manager repartitions the simulated GPUs. The simulated device plugin
-(devplugin_sim.py) also watches the MIG manager's pods (`app=nvidia-mig-manager`): while one runs on a node,
+(devplugin.py) also watches the MIG manager's pods (`app=nvidia-mig-manager`): while one runs on a node,
 it applies the config the node's `nvidia.com/mig.config` label names, as the MIG manager does - the label
 `nvidia.com/mig.config.state` goes to `pending`, the config is read from the mig-parted ConfigMap the pod
 mounts, each GPU takes the first entry that selects it (index in `devices` or `all`, model in

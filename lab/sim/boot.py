@@ -13,7 +13,7 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   kernel's initramfs when that image holds the module and does not blacklist it. The loaded ones are
   written to proc/modules; a GPU planted as bound to a driver that did not load is left unbound.
 - The NVLink fabric starts over: the fake NVML's fabric state goes back to the profile's (not_started on
-  an NVSwitch board), until Fabric Manager (the lab's stand-in, lab/fabricsim.py) sets it up again.
+  an NVSwitch board), until Fabric Manager (the lab's stand-in, lab/sim/fabric.py) sets it up again.
 - MIG: where the fake NVML recorded MIG changes (nvml/migstate), a pending MIG mode takes effect and every
   GPU instance is gone, as after a GPU reset or reboot (MIG mode persists, instances do not). Without
   that file the profile's MIG devices stand for a layout the host's boot restored.

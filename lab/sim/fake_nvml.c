@@ -5,7 +5,7 @@
  * it loads the real library, so the module runs its real code path. It exports the entry points
  * gpu_info calls (and the older names older bindings call), with NVML's C signatures and struct
  * layouts. The answers come from "nvml.conf" in the directory this library was loaded from
- * (written by tests/lab/hardware.py from a profile), so no environment variable is needed.
+ * (written by lab/sim/hardware.py from a profile), so no environment variable is needed.
  *
  * nvml.conf, one "key=value" a line:
  *   driver_loaded=1|0   (0: nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a node
@@ -26,7 +26,7 @@
  * new process) sees them. A GPU's MIG mode changes at once unless another process holds the GPU open
  * ("dev/nvidia<INDEX>" beside nvml.conf, the lab's stand-in for /dev/nvidiaN, found through /proc/PID/fd):
  * then the change is left pending (activation status IN_USE), as on a real GPU in use, until the lab's
- * boot (lab/bootsim.py) applies it and, as a reset does, drops every GPU instance.
+ * boot (lab/sim/boot.py) applies it and, as a reset does, drops every GPU instance.
  *
  * "fabric", beside nvml.conf and read at every call, holds the NVLink fabric state of every GPU, as
  * nvmlDeviceGetGpuFabricInfo reports it: "STATE STATUS" (STATE not_started, in_progress or completed;

@@ -22,16 +22,16 @@ MPS, as the device plugin runs it: with a config whose sharing is `mps`, the plu
 daemon (the `nvidia-device-plugin-mps-control-daemon` DaemonSet's pod on the node) and, while none runs
 there, fails its health check and advertises nothing. So the MPS daemon's pods are watched too.
 
-GPU Feature Discovery (gfd_sim.py): when a GFD pod (`app=gpu-feature-discovery`) runs on a node, the labels
+GPU Feature Discovery (gfd.py): when a GFD pod (`app=gpu-feature-discovery`) runs on a node, the labels
 GFD would set there, for the node's profile, the pod's MIG_STRATEGY and the config its config manager picks
 (as above), are written as GFD writes them, in a NodeFeature object, which the lab's real nfd-master turns
 into Node labels. They follow label and ConfigMap changes as the device plugin's resources do.
 
-The MIG manager (migmgr_sim.py): while a MIG manager pod runs on a node, the config its
+The MIG manager (migmgr.py): while a MIG manager pod runs on a node, the config its
 `nvidia.com/mig.config` label names is applied (state pending, then success or failed), and the device plugin
 and GFD stand-ins advertise and label the node's GPUs in the layout it gives.
 
-The DRA driver's kubelet plugin (dra_sim.py): while its pod runs on a node, the node's ResourceSlice is published
+The DRA driver's kubelet plugin (dra.py): while its pod runs on a node, the node's ResourceSlice is published
 from its profile, in the MIG layout above, and removed with the last pod; the real scheduler allocates claims from it.
 
 When the last device plugin pod on a node goes, the node's NVIDIA resources drop to 0, as a kubelet does
@@ -49,14 +49,14 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import dra_sim, gfd_sim, migmgr_sim
+from . import dra, gfd, migmgr
 from .hardware import load_profile
 
 PLUGIN_APP = "nvidia-device-plugin-daemonset"
 MPS_APP = "nvidia-device-plugin-mps-control-daemon"
 GFD_APP = "gpu-feature-discovery"
 MIG_APP = "nvidia-mig-manager"
-DRA_APP = dra_sim.PLUGIN_APP
+DRA_APP = dra.PLUGIN_APP
 SELECTOR = f"app in ({PLUGIN_APP},{MPS_APP},{GFD_APP},{MIG_APP},{DRA_APP})"
 PROFILE_ANNOTATION = "gpuops-lab/profile"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -173,8 +173,8 @@ class Simulator:
             name = (meta.annotations or {}).get(PROFILE_ANNOTATION)
             self.profiles[node] = load_profile(name) if name else None
             self.labels[node] = (meta.labels or {}).get(CONFIG_LABEL)
-            self.mig_label.setdefault(node, (meta.labels or {}).get(migmgr_sim.MIG_CONFIG))
-            self.mig_fail.setdefault(node, (meta.annotations or {}).get(migmgr_sim.FAIL_ANNOTATION) == "true")
+            self.mig_label.setdefault(node, (meta.labels or {}).get(migmgr.MIG_CONFIG))
+            self.mig_fail.setdefault(node, (meta.annotations or {}).get(migmgr.FAIL_ANNOTATION) == "true")
         return self.layouts.get(node, self.profiles[node])
 
     def _config(self, node: str, pod: PluginPod) -> dict | None:
@@ -196,8 +196,8 @@ class Simulator:
         """A node watch event: re-sync when its config label changed."""
         name = node_obj.metadata.name
         value = (node_obj.metadata.labels or {}).get(CONFIG_LABEL)
-        mig = (node_obj.metadata.labels or {}).get(migmgr_sim.MIG_CONFIG)
-        fail = (getattr(node_obj.metadata, "annotations", None) or {}).get(migmgr_sim.FAIL_ANNOTATION) == "true"
+        mig = (node_obj.metadata.labels or {}).get(migmgr.MIG_CONFIG)
+        fail = (getattr(node_obj.metadata, "annotations", None) or {}).get(migmgr.FAIL_ANNOTATION) == "true"
         with self.lock:
             self.mig_fail[name] = fail
             if name in self.labels and self.labels[name] == value and self.mig_label.get(name) == mig:
@@ -247,11 +247,11 @@ class Simulator:
             else:
                 managers.pop(pod.metadata.uid, None)
         elif app == GFD_APP:
-            gfd = self.gfd.setdefault(node, {})
+            gfd_pods = self.gfd.setdefault(node, {})
             if running:
-                gfd[pod.metadata.uid] = plugin_pod(pod)
+                gfd_pods[pod.metadata.uid] = plugin_pod(pod)
             else:
-                gfd.pop(pod.metadata.uid, None)
+                gfd_pods.pop(pod.metadata.uid, None)
         elif app in (DRA_APP, MPS_APP):
             # Pods whose presence alone counts: the DRA plugin's, the MPS control daemon's.
             uids = (self.dra if app == DRA_APP else self.mps).setdefault(node, set())
@@ -282,11 +282,11 @@ class Simulator:
         body = None
         if self.dra.get(node):
             uid = self.api.read_node(node).metadata.uid
-            body = dra_sim.resource_slice(node, self._profile(node), (node, uid))
+            body = dra.resource_slice(node, self._profile(node), (node, uid))
         spec = body["spec"] if body else None
         if self.slices.get(node, "unknown") == spec:
             return
-        name = dra_sim.slice_name(node)
+        name = dra.slice_name(node)
         try:
             current = self.custom.get_cluster_custom_object(*args, name)
         except Exception as exc:  # not there (404)
@@ -316,11 +316,11 @@ class Simulator:
         namespace, cm = managers[0]
         try:
             if self.mig_fail.get(node):
-                raise migmgr_sim.MigError(f"{migmgr_sim.FAIL_ANNOTATION} is true")
+                raise migmgr.MigError(f"{migmgr.FAIL_ANNOTATION} is true")
             if (namespace, cm) not in self.configmaps:
                 self.configmaps[(namespace, cm)] = dict(self.api.read_namespaced_config_map(cm, namespace).data or {})
             configs = (yaml.safe_load(self.configmaps[(namespace, cm)].get("config.yaml") or "") or {}).get("mig-configs") or {}
-            self.layouts[node] = migmgr_sim.apply(self.profiles[node] or {}, configs, wanted)
+            self.layouts[node] = migmgr.apply(self.profiles[node] or {}, configs, wanted)
         except Exception as exc:  # a config that cannot be applied, as mig-parted fails it
             self.mig_applied[node] = wanted  # not tried again until the label changes
             self._set_state(node, "failed")
@@ -332,7 +332,7 @@ class Simulator:
         print(f"{time.strftime('%H:%M:%S')} {node}: MIG config {wanted} applied", flush=True)
 
     def _set_state(self, node: str, state: str) -> None:
-        self.api.patch_node(node, {"metadata": {"labels": {migmgr_sim.MIG_STATE: state}}})
+        self.api.patch_node(node, {"metadata": {"labels": {migmgr.MIG_STATE: state}}})
 
     def sync_gfd(self, node: str) -> None:
         """Write the NodeFeature GFD would write, while a GFD pod runs on the node (it is left when the pod goes,
@@ -341,10 +341,10 @@ class Simulator:
         if self.custom is None or not pods:
             return
         pod = pods[0]
-        labels = gfd_sim.gfd_labels(self._profile(node), pod.mig_strategy, self._config(node, pod))
+        labels = gfd.gfd_labels(self._profile(node), pod.mig_strategy, self._config(node, pod))
         if labels is None or self.features.get(node) == (labels, pod.owners):
             return
-        body = gfd_sim.node_feature(node, pod.namespace, labels, pod.owners)
+        body = gfd.node_feature(node, pod.namespace, labels, pod.owners)
         args = ("nfd.k8s-sigs.io", "v1alpha1", pod.namespace, "nodefeatures")
         try:
             current = self.custom.get_namespaced_custom_object(*args, body["metadata"]["name"])
