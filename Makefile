@@ -119,8 +119,9 @@ demo: venv lab-deps collection lab-up ## set everything up, boot the lab, run pl
 DISTRO_TOMLKITS := 0.9.2 0.11.7 0.12.4
 TOMLKIT_TESTS := tests/unit/node/test_container_runtime.py
 
-unit: venv collection ## unit tests (the containerd config edits once more per distribution tomlkit)
-	$(TIME) unit bash -c 'set -e; $(BIN)/pytest tests/unit; for v in $(DISTRO_TOMLKITS); do \
+# The collection's unit tests (tests/unit) and the lab's own (tests/lab/unit): pyproject.toml's testpaths, no machine.
+unit: venv collection ## unit tests, the collection's and the lab's (the containerd config edits once more per distribution tomlkit)
+	$(TIME) unit bash -c 'set -e; $(BIN)/pytest; for v in $(DISTRO_TOMLKITS); do \
 	  [ -d $(LAB_CACHE)/tomlkit/$$v/tomlkit ] || $(BIN)/pip install -q --no-deps --target $(LAB_CACHE)/tomlkit/$$v tomlkit==$$v; \
 	  echo "tomlkit $$v:"; PYTHONPATH=$(LAB_CACHE)/tomlkit/$$v $(BIN)/pytest -q -p no:cacheprovider $(TOMLKIT_TESTS); done'
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,16 @@ def test_the_old_group_name_extends_the_node_group():
 def test_module_utils_is_split_by_side():
     top = sorted(p.name for p in (REPO / "plugins/module_utils").iterdir() if p.name != "__pycache__")
     assert top == ["_common", "cluster", "node"], top
+
+
+def test_the_unit_tests_are_the_collections_and_the_lab_keeps_its_own_beside_its_other_tests():
+    """tests/unit mirrors module_utils' sides; the lab's own unit tests are tests/lab/unit (its tests on machines are
+    tests/integration), and the unit step (pytest's testpaths, `make unit`) runs both, no machine booted."""
+    dirs = sorted({p.relative_to(REPO / "tests/unit").parts[0] for p in (REPO / "tests/unit").glob("*/**/test_*.py")})
+    assert dirs == ["cluster", "common", "node"], dirs
+    assert (REPO / "tests/lab/unit/sim").is_dir() and (REPO / "tests/integration/conftest.py").is_file()
+    ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert ini["testpaths"] == ["tests/unit", "tests/lab/unit"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import yaml
 from lab.sim import migmgr
 from lab.sim.devplugin import Simulator, advertised
 from lab.sim.hardware import load_profile
-from tests.unit.lab.test_cluster import FakeCoreV1, _obj
+from tests.lab.unit.sim.test_devplugin import FakeCoreV1, _obj
 
 A100 = "0x20B510DE"
 CONFIGS = {

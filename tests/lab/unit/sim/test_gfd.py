@@ -56,8 +56,8 @@ class FakeCustom:
 
 
 def test_a_running_gfd_pod_writes_the_nodefeature_and_a_config_change_rewrites_it():
-    from tests.unit.lab.test_cluster import TS4 as TS4_TEXT
-    from tests.unit.lab.test_cluster import FakeCoreV1, _obj, _pod
+    from tests.lab.unit.sim.test_devplugin import TS4 as TS4_TEXT
+    from tests.lab.unit.sim.test_devplugin import FakeCoreV1, _obj, _pod
     api = FakeCoreV1({"n1": "hgx-h100"}, labels={"n1": {"nvidia.com/device-plugin.config": "ts-4"}},
                      configmaps={("gpu", "cfgs"): {"ts-4": TS4_TEXT}})
     custom = FakeCustom()
@@ -77,7 +77,7 @@ def test_a_running_gfd_pod_writes_the_nodefeature_and_a_config_change_rewrites_i
 
 def test_the_nodefeature_is_owned_by_gfds_daemonset_and_pod_and_a_new_pod_rewrites_the_owners():
     """As GFD writes it: the garbage collector removes it with the DaemonSet, and nfd-master the Node labels it gave."""
-    from tests.unit.lab.test_cluster import FakeCoreV1, _obj, _pod
+    from tests.lab.unit.sim.test_devplugin import FakeCoreV1, _obj, _pod
     api = FakeCoreV1({"n1": "hgx-h100"})
     custom = FakeCustom()
     sim = Simulator(api, custom)
