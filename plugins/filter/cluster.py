@@ -13,23 +13,23 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.lazy import 
 
 # Imported at first use (module_utils/_common/lazy.py says why): a task that calls one filter imports its module_utils only.
 if TYPE_CHECKING:  # pragma: no cover
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common import mig as common_mig
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common import slim as common_slim
     from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra as cluster_dra
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
-    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster_facts
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
-    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig as node_mig
 else:
     _MU = "ansible_collections.gpuops.nvidia.plugins.module_utils."
+    common_mig = LazyModule(_MU + "_common.mig")
+    common_slim = LazyModule(_MU + "_common.slim")
     cluster_dra = LazyModule(_MU + "cluster.dra")
     driver_container = LazyModule(_MU + "cluster.driver_container")
-    cluster_facts = LazyModule(_MU + "cluster.facts")
     cluster = LazyModule(_MU + "cluster.rules")
     cluster_upgrade = LazyModule(_MU + "cluster.upgrade")
     cluster_validation = LazyModule(_MU + "cluster.validation")
-    node_mig = LazyModule(_MU + "node.mig")
 
 
 def _gfd_labels(info: dict, chosen: object, gfd: dict | None) -> dict | None:
@@ -53,7 +53,7 @@ def cluster_nodes(hosts: list, hostvars: Any, keys: dict, gfd: dict | None = Non
                                      "or the first play of cluster.yml on it first")
         if name in nodes:
             raise AnsibleFilterError(f"gpuops_cluster_node_name: hosts {nodes[name]['host']} and {host} both name Node {name!r}")
-        row = {"host": host, "info": cluster_facts.slim(cast("GpuInfo", info))}
+        row = {"host": host, "info": common_slim.slim(cast("GpuInfo", info))}
         for key, default in keys.items():
             value = hv.get(key)
             row[key] = default if value is None else value
@@ -126,10 +126,10 @@ def dra_expected_devices(nodes: dict, mig_applied: dict | None = None) -> dict:
     out = {}
     for name, row in nodes.items():
         info = row["info"]
-        if not cluster_facts.gpu_count(info):
+        if not common_slim.gpu_count(info):
             continue
         if mig_applied and name in mig_applied:
-            info = cluster.apply_mig_config(info, mig_applied[name])
+            info = common_mig.apply_mig_config(info, mig_applied[name])
         out[name] = cluster_dra.devices(info)
     return out
 
@@ -149,7 +149,7 @@ def cluster_node_labels(nodes: dict, components: list, absent: list | None = Non
     out: dict[str, dict[str, str | None]] = {}
     for name, row in nodes.items():
         labels: dict[str, str | None] = dict(cluster.node_labels(row["info"], components))
-        if cluster_facts.gpu_count(row["info"]):
+        if common_slim.gpu_count(row["info"]):
             labels[driver_container.LABEL_DEPLOY_DRIVER] = driver_container.deploy_label(row)
             labels.update({key: None for key in absent or [] if key not in labels})
         out[name] = labels
@@ -166,7 +166,7 @@ def driver_container_pools(nodes: dict, settings: dict) -> dict:
 
 
 def _selection(nodes: dict, key: str, default: str) -> dict:
-    return {name: (row.get(key) or default) for name, row in nodes.items() if cluster_facts.gpu_count(row["info"])}
+    return {name: (row.get(key) or default) for name, row in nodes.items() if common_slim.gpu_count(row["info"])}
 
 
 def device_plugin_errors(configs: Any, nodes: dict, default: str, mig_strategy: str, key: str = "gpuops_device_plugin_config") -> list:
@@ -201,7 +201,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
     for name, chosen in _selection(nodes, key, default).items():
         info = nodes[name]["info"]
         if mig_applied and name in mig_applied:
-            info = cluster.apply_mig_config(info, mig_applied[name])
+            info = common_mig.apply_mig_config(info, mig_applied[name])
         out[name] = cluster.advertised(info, mig_strategy, configs.get(chosen) if chosen else None)
     return out
 
@@ -209,33 +209,33 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
 def mig_models(nodes: dict) -> dict:
     models: dict = {}
     for row in nodes.values():
-        for key, model in cluster_facts.gpu_models(row["info"]).items():
+        for key, model in common_mig.gpu_models(row["info"]).items():
             if key not in models or not models[key]["profiles"]:
                 models[key] = model
     return models
 
 
 def mig_parted_config(models: dict, custom: dict) -> dict:
-    return cluster.mig_parted_config(models, custom)
+    return common_mig.mig_parted_config(models, custom)
 
 
 def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config", mig_strategy: str = "mixed") -> list:
     models = mig_models(nodes)
-    errors = cluster.check_mig_configs("gpuops_mig_manager_configs", custom, models)
+    errors = common_mig.check_mig_configs("gpuops_mig_manager_configs", custom, models)
     if errors:
         return errors
-    configs = cluster.mig_parted_config(models, custom)["mig-configs"]
-    capable = {n: r for n, r in nodes.items() if cluster_facts.mig_capable(r["info"])}
+    configs = common_mig.mig_parted_config(models, custom)["mig-configs"]
+    capable = {n: r for n, r in nodes.items() if common_slim.mig_capable(r["info"])}
     selection = {n: (r.get(key) or default) for n, r in capable.items()}
     variables = {n: key if r.get(key) else "gpuops_mig_manager_default_config" for n, r in capable.items()}
-    node_models = {n: sorted(cluster_facts.gpu_models(r["info"])) for n, r in capable.items()}
+    node_models = {n: sorted(common_mig.gpu_models(r["info"])) for n, r in capable.items()}
     errors = cluster.check_node_mig_configs(selection, configs, node_models, variables)
     if errors or mig_strategy != "single":
         return errors
     # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.
     for name, row in sorted(capable.items()):
         chosen = selection[name]
-        gap = cluster.single_strategy_gap(cluster.apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
+        gap = cluster.single_strategy_gap(common_mig.apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
         if gap:
             errors.append(f"gpuops_device_plugin_mig_strategy: single advertises no GPU on {name}, whose MIG config "
                           f"{chosen or '(none)'} leaves {gap}; use mixed, or a config with one profile on every GPU "
@@ -248,7 +248,7 @@ def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str
     MPS, which the MPS control daemon's nodeSelector reads; "false" on other GPU nodes, as GFD sets it)."""
     out: dict[str, dict[str, str | None]] = {}
     for name, row in nodes.items():
-        if not cluster_facts.gpu_count(row["info"]):
+        if not common_slim.gpu_count(row["info"]):
             out[name] = {"nvidia.com/device-plugin.config": None, "nvidia.com/mps.capable": None}
             continue
         chosen = row.get(key) or None
@@ -282,7 +282,7 @@ def mig_config_labels(nodes: dict, default: str, explicit: bool, key: str = "gpu
     else the others (the default, which the role sets only where the label is absent)."""
     out = {}
     for name, row in nodes.items():
-        if not cluster_facts.mig_capable(row["info"]) or bool(row.get(key)) != explicit:
+        if not common_slim.mig_capable(row["info"]) or bool(row.get(key)) != explicit:
             continue
         out[name] = {"nvidia.com/mig.config": row.get(key) if explicit else (default or None)}
     return out
@@ -314,8 +314,8 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
     out: dict[str, Any] = {"errors": [], "gpus": [], "entries": [], "current": labels.get(cluster_validation.MIG_CONFIG),
                            "state": labels.get(cluster_validation.MIG_STATE)}
     out["done"] = out["current"] == name and out["state"] == "success"
-    info = cluster_facts.slim(cast("GpuInfo", facts))
-    if not cluster_facts.mig_capable(info):
+    info = common_slim.slim(cast("GpuInfo", facts))
+    if not common_slim.mig_capable(info):
         # A run over every GPU node leaves the others alone (the MIG manager does not run there either).
         names = sorted({str(g.get("name") or g.get("device_id")) for g in (facts.get("pci") or {}).get("gpus") or []})
         out["skip"] = f"no GPU here can do MIG ({', '.join(names) or 'no GPU'}); left alone"
@@ -343,7 +343,7 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
         out["errors"].append(f"gpuops_mig_reconfigure_config: {name!r} is not a config of the MIG manager ({where} has "
                              f"{', '.join(sorted(map(str, configs)))}); add it to gpuops_mig_manager_configs and run playbooks/cluster.yml")
         return out
-    errors, gpus = node_mig.plan(cast("GpuInfo", facts), parted, name, where)
+    errors, gpus = common_mig.plan(cast("GpuInfo", facts), parted, name, where)
     out["errors"] += errors
     out["gpus"] = gpus
     out["entries"] = configs[name]

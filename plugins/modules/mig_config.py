@@ -115,8 +115,8 @@ stopped_clients:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models, slim
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import check_mig_configs, mig_parted_config
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import check_mig_configs, gpu_models, mig_parted_config, plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import slim
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
@@ -150,7 +150,7 @@ def main() -> None:
         if errors:
             module.fail_json(msg="; ".join(errors), errors=errors)
         config, variable = mig_parted_config(models, p["configs"]), p["variable"]
-    errors, plans = mig.plan(facts, config, p["name"], variable)
+    errors, plans = plan(facts, config, p["name"], variable)
     if errors:
         module.fail_json(msg="; ".join(errors), errors=errors)
     changing = [g for g in plans if g["change"]]

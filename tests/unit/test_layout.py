@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,88 @@ def test_module_utils_is_split_by_side():
     top = sorted(p.name for p in (REPO / "plugins/module_utils").iterdir() if p.name != "__pycache__")
     assert top == ["_common", "cluster", "node"], top
 
+
+_MODULE_UTILS = "ansible_collections.gpuops.nvidia.plugins.module_utils."
+
+
+def _module_utils_named(path: Path, root: Path = REPO) -> set[str]:
+    """The module_utils modules a plugin file imports (absolute or relative) or names for LazyModule, dotted below
+    module_utils (`cluster.rules`, `_common.mig`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = path.relative_to(root).with_suffix("").parts[:-1]
+    named = set()
+    for node in ast.walk(tree):
+        full = None
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                full = ".".join(("ansible_collections", "gpuops", "nvidia", *base, *([node.module] if node.module else [])))
+            else:
+                full = node.module or ""
+            names = [full] + [f"{full}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule" and node.args:
+            arg = node.args[0]
+            text = arg.value if isinstance(arg, ast.Constant) else getattr(getattr(arg, "right", None), "value", None)
+            assert isinstance(text, str), f"{path}: LazyModule of an argument this test cannot read"
+            names = [text if text.startswith("ansible_collections.") else _MODULE_UTILS + text]
+        else:
+            continue
+        named |= {n.removeprefix(_MODULE_UTILS) for n in names if n.startswith(_MODULE_UTILS)}
+    return named
+
+
+def _sides(path: Path) -> set[str]:
+    return {n.split(".")[0] for n in _module_utils_named(path)} & {"node", "cluster"}
+
+
+def _python_files(where: str) -> list[Path]:
+    return sorted(p for p in (REPO / where).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_the_side_reader_sees_every_way_a_file_names_module_utils(tmp_path):
+    (tmp_path / "plugins/module_utils/node").mkdir(parents=True)
+    sample = tmp_path / "plugins/module_utils/node/x.py"
+    sample.write_text(f"from {_MODULE_UTILS}cluster.rules import a\nfrom ..cluster import facts\nfrom .. import node\n"
+                      f'm = LazyModule(_MU + "cluster.gfd")\nn = LazyModule("{_MODULE_UTILS}_common.mig")\n')
+    assert _module_utils_named(sample, tmp_path) == {"cluster.rules", "cluster.rules.a", "cluster", "cluster.facts", "node",
+                                                     "cluster.gfd", "_common.mig"}
+
+
+@pytest.mark.parametrize(("side", "other"), [("node", "cluster"), ("cluster", "node"), ("_common", "node"), ("_common", "cluster")])
+def test_module_utils_of_one_side_never_import_the_other(side, other):
+    """Host code runs on the nodes, cluster code on the controller against the API server: each ships and loads only its
+    own side and _common, which imports neither (rules both sides apply, such as MIG configs, are _common's)."""
+    leaks = {str(p.relative_to(REPO)): sorted(n for n in _module_utils_named(p) if n.split(".")[0] == other)
+             for p in _python_files(f"plugins/module_utils/{side}")}
+    assert len(leaks) > 5
+    assert not {k: v for k, v in leaks.items() if v}, f"{side} code importing {other} code: { {k: v for k, v in leaks.items() if v} }"
+
+
+def test_a_module_imports_only_the_module_utils_of_its_side_group():
+    groups = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["action_groups"]
+    found = {}
+    for side, other in (("node", "cluster"), ("cluster", "node")):
+        for fqcn in groups[side]:
+            path = REPO / "plugins/modules" / f"{fqcn.split('.')[-1]}.py"
+            if other in _sides(path):
+                found[fqcn] = sorted(_module_utils_named(path))
+    assert len(groups["node"]) > 5 and len(groups["cluster"]) > 5
+    assert not found, f"modules importing the other side's module_utils: {found}"
+
+
+@pytest.mark.parametrize("where", ["plugins/filter", "plugins/action", "plugins/lookup", "plugins/plugin_utils"])
+def test_a_controller_plugin_file_serves_one_side(where):
+    both = {str(p.relative_to(REPO)): sorted(_module_utils_named(p)) for p in _python_files(where) if _sides(p) == {"node", "cluster"}}
+    assert not both, f"plugin files importing both sides' module_utils (shared rules go to module_utils/_common): {both}"
+
+
+def test_every_common_module_utils_file_says_it_is_private():
+    for path in _python_files("plugins/module_utils/_common"):
+        if path.name == "__init__.py":
+            continue  # empty, as ansible-test sanity wants it
+        assert "Private to the gpuops.nvidia collection" in path.read_text(encoding="utf-8"), path
 
 def test_the_unit_tests_are_the_collections_and_the_lab_keeps_its_own_beside_its_other_tests():
     """tests/unit mirrors module_utils' sides; the lab's own unit tests are tests/lab/unit (its tests on machines are

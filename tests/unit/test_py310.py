@@ -107,11 +107,12 @@ def test_python_310_rejects_what_the_grammar_check_lets_through(tmp_path):
 
 _GPU_INFO = """
 import json, sys
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts, gfd
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common import slim
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import gfd
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import gpu_info, preflight
 info = gpu_info.collect(sys.argv[1], None)
 found = preflight.findings(info, "Ubuntu", "22", {"driver_method": "precompiled", "fabricmanager_enabled": False})
-print(json.dumps({"version": list(sys.version_info[:2]), "info": info, "slim": facts.slim(info),
+print(json.dumps({"version": list(sys.version_info[:2]), "info": info, "slim": slim.slim(info),
                   "labels": gfd.node_gfd_labels(info)[0], "findings": [f["id"] for f in found]}))
 """
 

@@ -5,7 +5,7 @@
 """The structure gpu_info returns, declared once, tied to its schema version.
 
 The module builds it (node/gpu_info.py from node/hardware.py and node/nvml.py), the host side reads
-it (preflight, driver plan, CDI names) and the cluster side projects it (cluster/facts.py). Every one
+it (preflight, driver plan, CDI names) and the cluster side projects it (_common/slim.py). Every one
 of them names these types, so mypy follows a key from where it is written to where it is read: a key
 renamed here fails the type check at both ends instead of reading as 0 or None at run time.
 

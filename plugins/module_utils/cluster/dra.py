@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import SlimFacts, gpu_count, nvml_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import SlimFacts, gpu_count, nvml_gpus
 
 DRIVER = "gpu.nvidia.com"
 API = "resource.k8s.io/v1"

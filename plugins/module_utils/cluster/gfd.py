@@ -12,7 +12,7 @@ import re
 from typing import TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo, MigDevice, NvmlFacts, PciFacts
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import CLASS_3D, CLASS_VGA
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.pci import CLASS_3D, CLASS_VGA
 
 SHARING_STRATEGIES = ("none", "time-slicing", "mps")
 MIG_STRATEGIES = ("none", "single", "mixed")

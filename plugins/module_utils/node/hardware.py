@@ -27,15 +27,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import
     SecureBoot,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import read_text
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import (
-    CLASS_BRIDGE_OTHER,
-    GPU_CLASSES,
-    MELLANOX_VENDOR,
-    NICS,
-    NVIDIA_VENDOR,
-    NVSWITCHES,
-    lookup_gpu,
-)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.pci import CLASS_BRIDGE_OTHER, GPU_CLASSES, MELLANOX_VENDOR, NVIDIA_VENDOR
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hwdb import NICS, NVSWITCHES, lookup_gpu
 
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nvidia_fs")

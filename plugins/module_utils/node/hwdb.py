@@ -12,17 +12,6 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuIdentity
 
-NVIDIA_VENDOR = "10de"
-MELLANOX_VENDOR = "15b3"
-
-# PCI class codes (base class + subclass, four hex digits).
-CLASS_VGA = "0300"
-CLASS_3D = "0302"
-CLASS_BRIDGE_OTHER = "0680"  # NVSwitch
-CLASS_NETWORK = "0200"
-CLASS_INFINIBAND = "0207"
-GPU_CLASSES = (CLASS_VGA, CLASS_3D)
-
 ARCHITECTURES = ("maxwell", "pascal", "volta", "turing", "ampere", "ada-lovelace", "hopper", "blackwell")
 
 # Open GPU kernel modules support Turing and later; Grace Hopper and Blackwell support only them.

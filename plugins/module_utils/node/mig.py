@@ -3,9 +3,10 @@
 """Put a node's GPUs in the MIG layout a mig-parted config names, through NVML, as nvidia-mig-parted does.
 
 The config is the file the MIG manager reads (`version: v1`, `mig-configs: {name: [entries]}`). The plan is
-pure: each GPU takes the first entry that selects it (its index in `devices`, or `all`, and its model in
-`device-filter`), and the cluster side's checks (cluster/rules.py) refuse a profile the GPU does not offer,
-too many instances or a layout that cannot fit, before anything changes. A GPU whose layout differs has its
+pure and shared with the cluster side (_common/mig.py's `plan`): each GPU takes the first entry that selects it
+(its index in `devices`, or `all`, and its model in `device-filter`), and the same checks as the cluster side's
+refuse a profile the GPU does not offer, too many instances or a layout that cannot fit, before anything changes.
+This module applies a plan. A GPU whose layout differs has its
 compute and GPU instances destroyed and created again at placements NVML offers (a search over them, so
 that an order that would strand a profile is not taken), each GPU instance with one compute instance of its
 whole size; a MIG mode change the driver leaves pending (the GPU held by a process) is reported for a reset
@@ -16,11 +17,9 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models, nvml_gpus, slim
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import apply_mig_config, check_mig_configs, entry_applies
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import GpuPlan
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import nvml
 
 # The NVML session helpers of nvml.py, shared by the reader and this writer.
@@ -35,57 +34,10 @@ _CI_PROFILE = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _MAX_INSTANCES = 8
 
 
-class GpuPlan(TypedDict):
-    index: int
-    bus_id: str
-    name: str
-    mig_before: bool
-    mig_after: bool
-    pending: bool  # a mode change already pending (from an earlier run): a reset or reboot applies it
-    before: list[str]  # MIG device profiles now, sorted
-    after: list[str]  # wanted
-    change: bool
-
-
 class _ComputeInstanceProfileInfo(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint) for name in (
         "id", "sliceCount", "instanceCount", "multiprocessorCount", "sharedCopyEngineCount",
         "sharedDecoderCount", "sharedEncoderCount", "sharedJpegCount", "sharedOfaCount")]
-
-
-def plan(facts: GpuInfo, config: object, name: str, var: str) -> tuple[list[str], list[GpuPlan]]:
-    """(errors, per-GPU plan) for putting the node's GPUs in config `name`; errors name `var` and say what is accepted."""
-    info = slim(facts)
-    pending_modes = [g["mig"]["pending"] for g in facts["nvml"]["gpus"]]
-    if not isinstance(config, dict) or not isinstance(config.get("mig-configs"), dict):
-        return [f"{var}: must be a mig-parted config, a mapping with mig-configs (name -> list of entries), got {config!r}"], []
-    configs = config["mig-configs"]
-    models = gpu_models(info)
-    if name not in configs:
-        return [f"MIG config {name!r}: not a config of {var} or the generated ones (known: {', '.join(sorted(map(str, configs))) or 'none'})"], []
-    errors = check_mig_configs(f"{var}.mig-configs", {name: configs[name]}, models)
-    if errors:
-        return errors, []
-    entries = configs[name]
-    capable = [g for g in nvml_gpus(info) if g["mig"]["capable"]]
-    if not capable:
-        return [f"no GPU on this node can do MIG ({', '.join(sorted({g['name'] for g in nvml_gpus(info)})) or 'no GPU'})"], []
-    missing = sorted(k for k in models if not any(entry_applies(e, k) for e in entries))
-    if missing:
-        return [f"the MIG config {name!r} has no entry for this node's GPUs ({', '.join(missing)})"], []
-    target = nvml_gpus(apply_mig_config(info, entries))
-    plans: list[GpuPlan] = []
-    for index, (now, want) in enumerate(zip(nvml_gpus(info), target, strict=True)):
-        if not now["mig"]["capable"]:
-            continue
-        before = sorted(str(d["profile"]) for d in now["mig"]["devices"])
-        after = sorted(str(d["profile"]) for d in want["mig"]["devices"]) if want["mig"]["current"] else []
-        pending = bool(pending_modes[index])
-        mode_now, mode_want = bool(now["mig"]["current"]), bool(want["mig"]["current"])
-        plans.append({"index": index, "bus_id": now["bus_id"], "name": now["name"], "mig_before": mode_now,
-                      "mig_after": mode_want, "pending": pending != mode_now, "before": before if mode_now else [],
-                      "after": after, "change": mode_now != mode_want or (mode_want and before != after)})
-    return [], plans
 
 
 def place(items: list[tuple[list[int], int]]) -> list[int] | None:

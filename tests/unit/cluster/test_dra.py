@@ -75,7 +75,7 @@ def test_the_driver_root_follows_the_driver_container_and_one_root_is_needed():
 
 
 def test_validation_counts_the_devices_the_plugin_publishes_as_the_facts_expect(info_of):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import slim
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import slim
 
     expected = {p: dra.devices(slim(info_of(p))) for p in ("hgx-h100", "a100-pcie-mig", "no-gpu")}
     assert expected["hgx-h100"] == {"gpu.nvidia.com/gpu": 8}

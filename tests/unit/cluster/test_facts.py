@@ -1,4 +1,5 @@
-"""The cluster side's projection of gpu_info (cluster/facts.py): what it keeps of each node's facts, and what is read from it.
+"""The cluster side's projection of gpu_info (_common/slim.py): what it keeps of each node's facts, and what is read from it
+(the MIG models, _common/mig.py, are read from it on both sides).
 
 The hand-written facts here are in the projection's shape, for real hardware (A100 80GB PCIe with MIG, L40S), with
 the NVML profile table the driver reports for the A100; the rules' tests (test_rules.py) use them too.
@@ -7,7 +8,8 @@ the NVML profile table the driver reports for the A100; the rules' tests (test_r
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import facts as cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common import mig
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common import slim as cluster
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import advertised, node_labels
 
 from lab.sim.hardware import profile_names
@@ -38,7 +40,7 @@ CPU = {"summary": {"gpu_count": 0, "mig_capable": None}, "pci": {"gpus": []}, "n
 
 
 def test_models_come_from_nvml_with_their_memory_span():
-    models = cluster.gpu_models(A100)
+    models = mig.gpu_models(A100)
     assert list(models) == ["0x20B510DE"]
     table = models["0x20B510DE"]["profiles"]
     assert {n: (p["max"], p["size"]) for n, p in table.items()} == {
@@ -47,11 +49,11 @@ def test_models_come_from_nvml_with_their_memory_span():
 
 
 def test_models_leave_out_gpus_that_cannot_do_mig_and_profiles_without_a_name():
-    assert cluster.gpu_models(L40S) == {}
+    assert mig.gpu_models(L40S) == {}
     unnamed = info("20b5", [gpu(0, "a")])
     unnamed["nvml"]["gpus"][0]["mig"]["profiles"][0]["name"] = None
-    assert "1g.10gb" not in cluster.gpu_models(unnamed)["0x20B510DE"]["profiles"]
-    assert len(cluster.gpu_models(unnamed)["0x20B510DE"]["profiles"]) == len(A100_PROFILES) - 1
+    assert "1g.10gb" not in mig.gpu_models(unnamed)["0x20B510DE"]["profiles"]
+    assert len(mig.gpu_models(unnamed)["0x20B510DE"]["profiles"]) == len(A100_PROFILES) - 1
 
 
 def test_counts_and_mig_capability():
@@ -61,7 +63,7 @@ def test_counts_and_mig_capability():
 
 
 def test_filter_id_is_mig_parteds_device_filter():
-    assert cluster.filter_id("20b5") == "0x20B510DE"
+    assert mig.filter_id("20b5") == "0x20B510DE"
 
 
 @pytest.mark.parametrize("profile", profile_names())
@@ -80,8 +82,8 @@ def test_the_projection_keeps_one_profile_table_per_model(info_of):
     assert tables[0] == [{k: p[k] for k in ("name", "instances", "slices", "memory_mib")}
                          for p in info["nvml"]["gpus"][0]["mig"]["profiles"]]
     assert tables[1:] == [[]] * 7
-    assert cluster.gpu_models(slim) == cluster.gpu_models(cluster.slim(info))
-    assert list(cluster.gpu_models(slim)) == ["0x233010DE"]
+    assert mig.gpu_models(slim) == mig.gpu_models(cluster.slim(info))
+    assert list(mig.gpu_models(slim)) == ["0x233010DE"]
 
 
 def test_the_rules_read_the_projection_of_real_facts(info_of):

@@ -1,4 +1,5 @@
-"""The cluster side's decisions: node labels, device plugin config rules, expected resources, MIG configs, DCGM CSV.
+"""The cluster side's decisions: node labels, device plugin config rules, expected resources, MIG configs (their rules
+shared with the host side, _common/mig.py), DCGM CSV.
 
 Facts are the cluster side's projection of gpu_info (test_facts.py) for real hardware (A100 80GB PCIe with MIG,
 L40S), with the NVML profile table the driver reports for the A100.
@@ -7,8 +8,9 @@ L40S), with the NVML profile table the driver reports for the A100.
 from __future__ import annotations
 
 import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common import mig
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import gpu_models
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import plan
 
 from .test_facts import A30_PROFILES, A100, CPU, L40S, gpu, info
@@ -79,12 +81,12 @@ def test_expected_resources_multiply_shared_gpus():
     ({"7g.80gb": 1, "1g.10gb": 1}, False), ({"1g.20gb": 4, "1g.10gb": 1}, False),
 ])
 def test_placement_matches_the_known_layouts(devices, fits):
-    assert cluster._fits(gpu_models(A100)["0x20B510DE"]["profiles"], devices) is fits
+    assert mig._fits(gpu_models(A100)["0x20B510DE"]["profiles"], devices) is fits
 
 
 def test_a_four_slice_gpu():
     table = gpu_models(info("20b7", [gpu(0, "a", profiles=A30_PROFILES, name="NVIDIA A30")]))["0x20B710DE"]["profiles"]
-    assert cluster._fits(table, {"2g.12gb": 1, "1g.6gb": 2}) and not cluster._fits(table, {"4g.24gb": 1, "1g.6gb": 1})
+    assert mig._fits(table, {"2g.12gb": 1, "1g.6gb": 2}) and not mig._fits(table, {"4g.24gb": 1, "1g.6gb": 1})
 
 
 @pytest.mark.parametrize(("mig_devices", "fragment"), [
@@ -96,7 +98,7 @@ def test_a_four_slice_gpu():
 ])
 def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
     models = gpu_models(A100)
-    errors = cluster.check_mig_configs("gpuops_mig_manager_configs",
+    errors = mig.check_mig_configs("gpuops_mig_manager_configs",
                                        {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": mig_devices}]}, models)
     assert any(fragment in e for e in errors), errors
     assert all(e.startswith("gpuops_mig_manager_configs['c'][0]") for e in errors)
@@ -105,26 +107,26 @@ def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
 def test_a_device_filter_limits_the_models_checked():
     models = {**gpu_models(A100), "0x233010DE": {"name": "H100", "profiles": {}}}
     entry = {"device-filter": "0x20B510DE", "devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}
-    assert cluster.check_mig_configs("v", {"c": [entry]}, models) == []
-    assert "are unknown" in cluster.check_mig_configs("v", {"c": [{**entry, "device-filter": None}]}, models)[0]
+    assert mig.check_mig_configs("v", {"c": [entry]}, models) == []
+    assert "are unknown" in mig.check_mig_configs("v", {"c": [{**entry, "device-filter": None}]}, models)[0]
 
 
 def test_generated_configs_match_nvidia_defaults_for_the_a100():
-    configs = cluster.generated_mig_configs(gpu_models(A100))
+    configs = mig.generated_mig_configs(gpu_models(A100))
     assert configs["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
     assert configs["all-balanced"] == [{"devices": "all", "mig-enabled": True,
                                         "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}]
     assert configs["all-1g.10gb.me"][0]["mig-devices"] == {"1g.10gb+me": 1}
     assert configs["all-1g.20gb"][0]["mig-devices"] == {"1g.20gb": 4}
-    both = cluster.generated_mig_configs({**gpu_models(A100), **gpu_models(
+    both = mig.generated_mig_configs({**gpu_models(A100), **gpu_models(
         info("20b7", [gpu(0, "x", profiles=A30_PROFILES, name="NVIDIA A30")]))})
     assert [e["device-filter"] for e in both["all-balanced"]] == ["0x20B510DE", "0x20B710DE"]
     assert both["all-balanced"][1]["mig-devices"] == {"1g.6gb": 2, "2g.12gb": 1}
-    assert cluster.check_mig_configs("v", both, {**gpu_models(A100)}) == []
+    assert mig.check_mig_configs("v", both, {**gpu_models(A100)}) == []
 
 
 def test_node_mig_choice_must_exist_and_cover_the_gpu():
-    configs = cluster.generated_mig_configs(gpu_models(A100))
+    configs = mig.generated_mig_configs(gpu_models(A100))
     assert cluster.check_node_mig_configs({"a": "all-balanced"}, configs, {"a": ["0x20B510DE"]}) == []
     assert "'nope' is not a MIG config" in cluster.check_node_mig_configs({"a": "nope"}, configs, {"a": ["0x20B510DE"]})[0]
     filtered = {"x": [{"device-filter": "0x233010DE", "devices": "all", "mig-enabled": False}]}
@@ -133,7 +135,7 @@ def test_node_mig_choice_must_exist_and_cover_the_gpu():
 
 def test_a_typo_in_the_default_mig_config_names_the_default_once():
     # It was reported as gpuops_mig_manager_config on every node, a variable the user had not set.
-    configs = cluster.generated_mig_configs(gpu_models(A100))
+    configs = mig.generated_mig_configs(gpu_models(A100))
     models = {"a": ["0x20B510DE"], "b": ["0x20B510DE"], "c": ["0x20B510DE"]}
     variables = {"a": "gpuops_mig_manager_default_config", "b": "gpuops_mig_manager_default_config", "c": "gpuops_mig_manager_config"}
     errors = cluster.check_node_mig_configs({"a": "all-balancd", "b": "all-balancd", "c": "all-1g.5gbb"}, configs, models, variables)

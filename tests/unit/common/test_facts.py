@@ -49,8 +49,8 @@ def test_labels_are_not_part_of_gpu_info():
 
 # (TypedDict, key): renamed in a copy of the schema, mypy must fail where gpu_info writes the key and where it is read.
 RENAMED = {
-    ("SummaryFacts", "gpu_count"): ("node/gpu_info.py", "cluster/facts.py"),
-    ("MigState", "current"): ("node/nvml.py", "node/cdi.py", "cluster/facts.py", "cluster/gfd.py"),
+    ("SummaryFacts", "gpu_count"): ("node/gpu_info.py", "_common/slim.py"),
+    ("MigState", "current"): ("node/nvml.py", "node/cdi.py", "_common/slim.py", "cluster/gfd.py"),
     ("KernelState", "headers_installed"): ("node/hardware.py", "node/preflight.py"),
     ("GpuIdentity", "architecture"): ("node/hwdb.py", "node/derive.py", "node/gpu_info.py"),
 }
@@ -73,7 +73,7 @@ def _mypy(tmp_path: Path, schema_edit) -> tuple[int, list[str]]:
     (repo / ".build/collections/ansible_collections/gpuops/nvidia").symlink_to(repo)
     schema = repo / "plugins/module_utils/_common/facts.py"
     schema.write_text(schema_edit(schema.read_text()))
-    modules = ("node.gpu_info", "node.preflight", "node.cdi", "cluster.facts", "cluster.gfd")
+    modules = ("node.gpu_info", "node.preflight", "node.cdi", "_common.slim", "cluster.gfd")
     argv = [sys.executable, "-m", "mypy", "--no-error-summary", *(a for m in modules for a in ("-m", f"{MODULE_UTILS}.{m}"))]
     done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=300, check=False)
     assert not done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""The host path of MIG reconfiguration (module_utils/node/mig.py) against the lab's fake NVML, which keeps
+"""The host path of MIG reconfiguration (the plan of module_utils/_common/mig.py, applied by node/mig.py) against the lab's fake NVML, which keeps
 MIG changes per machine: mode changes (pending while a process holds the GPU), GPU and compute instances
 at NVML's placements, read back by gpu_info, and reset by the lab's boot."""
 
@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models, slim
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import mig_parted_config
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import gpu_models, mig_parted_config, plan
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import slim
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
@@ -45,7 +45,7 @@ def configs(facts, custom=None):
 
 def run(hw, name, custom=None):
     facts = read(hw)
-    errors, plans = mig.plan(facts, configs(facts, custom), name, "gpuops_mig_reconfigure_configs")
+    errors, plans = plan(facts, configs(facts, custom), name, "gpuops_mig_reconfigure_configs")
     assert errors == []
     log: list[str] = []
     pending = mig.apply(plans, str(hw / "nvml/libnvidia-ml.so.1"), log.append)
@@ -91,7 +91,7 @@ def test_a_held_gpu_leaves_the_mode_pending_until_the_boot(a100):
     assert any("GPU 1 (0000:ca:00.0): MIG mode enable is pending" in line for line in log)
     assert layout(read(a100)) == [(True, True, BALANCED), (False, True, [])]
     facts = read(a100)
-    _errors, plans = mig.plan(facts, configs(facts), "all-balanced", "v")
+    _errors, plans = plan(facts, configs(facts), "all-balanced", "v")
     assert [(p["change"], p["pending"]) for p in plans] == [(False, False), (True, True)]
     assert boot.reset_mig(str(a100))
     # The boot applies the mode and, as a reset does, drops GPU 0's instances: the next run creates them.
@@ -102,22 +102,22 @@ def test_a_held_gpu_leaves_the_mode_pending_until_the_boot(a100):
 
 def test_bad_configs_are_refused_before_any_change(a100):
     facts = read(a100)
-    errors, plans = mig.plan(facts, configs(facts), "all-3g", "gpuops_mig_reconfigure_configs")
+    errors, plans = plan(facts, configs(facts), "all-3g", "gpuops_mig_reconfigure_configs")
     assert plans == [] and "MIG config 'all-3g': not a config of gpuops_mig_reconfigure_configs" in errors[0]
     custom = {"too-much": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2, "1g.10gb": 1}}]}
-    errors, _plans = mig.plan(facts, configs(facts, custom), "too-much", "gpuops_mig_reconfigure_configs")
+    errors, _plans = plan(facts, configs(facts, custom), "too-much", "gpuops_mig_reconfigure_configs")
     assert "2 x 3g.40gb + 1 x 1g.10gb do not fit together" in errors[0]
     custom = {"h100": [{"devices": "all", "device-filter": "0x233010DE", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}
-    errors, _plans = mig.plan(facts, configs(facts, custom), "h100", "v")
+    errors, _plans = plan(facts, configs(facts, custom), "h100", "v")
     assert errors == ["the MIG config 'h100' has no entry for this node's GPUs (0x20B510DE)"]
-    assert mig.plan(facts, {"configs": {}}, "x", "v")[0][0].startswith("v: must be a mig-parted config")
+    assert plan(facts, {"configs": {}}, "x", "v")[0][0].startswith("v: must be a mig-parted config")
     assert layout(read(a100))[0] == (True, True, BALANCED)
 
 
 def test_no_mig_capable_gpu_is_named(tmp_path, fake_nvml):
     write_hardware(load_profile("v100"), tmp_path / "hw", "m1", "6.8.0-45-generic", fake_nvml)
     facts = read(tmp_path / "hw")
-    errors, _plans = mig.plan(facts, {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}},
+    errors, _plans = plan(facts, {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}},
                               "all-disabled", "v")
     assert errors == ["no GPU on this node can do MIG (Tesla V100-SXM2-16GB)"]
 

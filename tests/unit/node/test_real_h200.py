@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common import facts
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.facts import gpu_models, slim
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import check_mig_entry, generated_mig_configs, gpu_models
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import slim
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.gfd import node_gfd_labels
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import check_mig_entry, generated_mig_configs
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
 
 RECORDED = json.loads((Path(__file__).parent / "recorded/h200-580.159.04-gpu_info.json").read_text())

@@ -1,16 +1,18 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The cluster side's view of each node's gpu_info: a typed projection, and the facts read from it. Pure, no I/O.
+# Private to the gpuops.nvidia collection: its modules, filters and module_utils use it; it carries no
+# stability promise and other collections must not import it.
+"""The slim view of a node's gpu_info: a typed projection, and the facts read from it. Pure, no I/O.
 
 `slim` turns a host's gpuops_gpu_info (the module's GpuInfo, declared in _common/facts.py) into
 SlimFacts, the part the cluster roles read, in gpu_info's own shape: a thousand nodes' facts stay
-small. Everything else on the cluster side (rules.py, the cluster filters) reads SlimFacts only.
-A host without facts never gets here: the cluster_nodes filter names it and stops.
+small. Everything else on the cluster side (cluster/rules.py, the cluster filters) reads SlimFacts only,
+and so do the MIG rules both sides apply (_common/mig.py): the host's mig_config module reads its node
+through the same projection. A host without facts never gets here: the cluster_nodes filter names it and stops.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
@@ -77,17 +79,6 @@ class SlimFacts(TypedDict):
     node: SlimNode
 
 
-class MigProfileSpan(TypedDict):
-    max: int  # instances of the profile one GPU holds
-    slices: int  # compute slices
-    size: int  # span in memory slices
-
-
-class GpuModel(TypedDict):
-    name: str
-    profiles: dict[str, MigProfileSpan]
-
-
 def slim(info: GpuInfo) -> SlimFacts:
     """GPU count and MIG capability, each GPU's bus id, PCI device id, name and MIG state (its devices' profiles),
     the MIG profile table of the first GPU of each model only, and the node's OS and running kernel.
@@ -127,38 +118,3 @@ def nvml_gpus(info: SlimFacts) -> list[SlimGpu]:
 
 def mig_capable(info: SlimFacts) -> bool:
     return bool(info["summary"]["mig_capable"])
-
-
-def filter_id(device_id: str) -> str:
-    """mig-parted's device filter for an NVIDIA PCI device id: 0x<DEVICE><VENDOR>, upper case."""
-    return f"0x{device_id.upper()}10DE"
-
-
-def gpu_models(info: SlimFacts) -> dict[str, GpuModel]:
-    """The node's MIG-capable GPU models: device filter -> {name, profiles {name: {max, slices, size}}}.
-
-    Profiles come from the node's NVML (the profiles the GPU offers, with their instance counts).
-    `size` is the profile's span in memory slices, from its memory relative to the smallest profile.
-    """
-    models: dict[str, GpuModel] = {}
-    pci = {g["bus_id"]: g for g in info["pci"]["gpus"]}
-    for gpu in nvml_gpus(info):
-        mig = gpu["mig"]
-        pci_gpu = pci.get(gpu["bus_id"])
-        device_id = pci_gpu["device_id"] if pci_gpu else None
-        if not mig["capable"] or not device_id:
-            continue
-        key = filter_id(device_id)
-        profiles = mig["profiles"]
-        if key in models and models[key]["profiles"]:
-            continue
-        smallest = min((p["memory_mib"] for p in profiles if p["memory_mib"]), default=0)
-        table: dict[str, MigProfileSpan] = {}
-        for p in profiles:
-            if not p["name"]:
-                continue  # NVML gave the GPU no memory size to name it by: nothing to configure with it
-            ratio = p["memory_mib"] / smallest if smallest else 1
-            table[p["name"]] = {"max": int(p["instances"]), "slices": int(p["slices"]),
-                                "size": 2 ** round(math.log2(max(ratio, 1)))}
-        models[key] = {"name": gpu["name"] or key, "profiles": table}
-    return models
