@@ -17,8 +17,9 @@ does (kernel, containerd), then times:
   less the validation's wait for the cluster to converge (the time the validation reports).
 
 Every playbook run must pass and the no-op runs must change nothing; the bench fails otherwise. Nothing here is
-an assertion on time: the table is printed and written (with the date and the machine) to docs/bench.md, which
-docs/development.md quotes. Everything it started is stopped by PID at the end (--keep leaves the machines up).
+an assertion on time: the table is printed and written (with the date and the machine) to docs/bench.md, between
+its markers (BEGIN, END): the history of the figures below them is kept. Everything it started is stopped by PID at
+the end (--keep leaves the machines up).
 """
 
 from __future__ import annotations
@@ -330,11 +331,17 @@ def save_results(path: Path, rows: list[Row]) -> None:
     path.write_text(json.dumps([r.__dict__ for r in ordered], indent=1) + "\n")
 
 
-def write_table(bench: Bench, out: Path, started: float) -> str:
+TITLE = "# `make bench`: measured figures"
+# The bench writes only between these two lines of docs/bench.md; the rest of the file (the history of the figures,
+# notes on a measurement) is the developers' and is kept as it is.
+BEGIN = "<!-- make bench writes from here to the end marker; the rest of this file is kept -->"
+END = "<!-- end of what make bench writes -->"
+
+
+def figures(bench: Bench, started: float) -> str:
+    """This run's section of docs/bench.md: the date, the machine, and every row (a part not run keeps its last figures)."""
     cpu = os.cpu_count()
     lines = [
-        "# `make bench`: measured figures",
-        "",
         f"Written by `make bench` on {date.today().isoformat()}: {cpu} cores, {platform.system()} {platform.release()},",
         f"Python {platform.python_version()}. This run took {(time.monotonic() - started) / 60:.0f} minutes. "
         f"Each figure is one run (a no-op playbook row: the median of {NOOP_RUNS}, with their spread and the controller's "
@@ -347,9 +354,28 @@ def write_table(bench: Bench, out: Path, started: float) -> str:
     ]
     for row in sorted(bench.rows, key=lambda r: PARTS.index(r.part) if r.part in PARTS else len(PARTS)):
         lines.append(f"| {row.what} | {_seconds(row.seconds)} | {row.note} | {row.measured} |")
-    text = "\n".join(lines) + "\n"
-    out.write_text(text)
-    return text
+    return "\n".join(lines) + "\n"
+
+
+def with_figures(text: str | None, section: str) -> str:
+    """docs/bench.md with its bench section replaced by `section`, everything outside the markers as it was. A file
+    without the markers (none yet, or one the bench wrote whole before it kept a history) becomes the title and the
+    section."""
+    if text is not None and BEGIN in text and END in text.split(BEGIN, 1)[1]:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        return f"{head}{BEGIN}\n{section}{END}{tail}"
+    return f"{TITLE}\n\n{BEGIN}\n{section}{END}\n"
+
+
+def write_table(bench: Bench, out: Path, started: float) -> str:
+    section = figures(bench, started)
+    try:
+        text: str | None = out.read_text()
+    except FileNotFoundError:
+        text = None
+    out.write_text(with_figures(text, section))
+    return section
 
 
 def main(argv: list[str] | None = None, teardown: Callable[[Bench], None] | None = None) -> int:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from lab.bench import UPGRADE_ROW, Row, load_results, newest_from_json
+from lab.bench import BEGIN, END, TITLE, UPGRADE_ROW, Bench, Row, load_results, newest_from_json, write_table
 
 
 def test_a_part_not_run_and_the_upgrade_left_out_keep_their_figures(tmp_path):
@@ -42,3 +42,38 @@ def test_the_upgrade_s_branch_is_the_one_the_machine_s_index_names():
 def test_no_branch_stops_the_bench_naming_the_machine(out):
     with pytest.raises(SystemExit, match="no newest branch from bench-noble"):
         newest_from_json(out, "bench-noble")
+
+
+def _bench(tmp_path, *rows: Row) -> Bench:
+    return Bench(tmp_path, 2291, 8471, 1000, tmp_path / "bench.log", rows=list(rows))
+
+
+def test_the_bench_rewrites_its_figures_and_keeps_the_history_around_them(tmp_path):
+    out = tmp_path / "bench.md"
+    out.write_text(f"{TITLE}\n\nWhat the figures are.\n\n{BEGIN}\n| old | 9.9 |\n{END}\n\n## History\n\n| 2026-11-24 | 8.1 s |\n")
+    section = write_table(_bench(tmp_path, Row("no-op node.yml, 1 machine", 4.2, "37 tasks", "machines", "2026-12-04 17:30")),
+                          out, 0.0)
+    text = out.read_text()
+    assert "| no-op node.yml, 1 machine | 4.2 | 37 tasks | 2026-12-04 17:30 |" in section and section in text
+    assert "| old | 9.9 |" not in text
+    assert text.startswith(f"{TITLE}\n\nWhat the figures are.\n\n{BEGIN}\nWritten by `make bench` on ")
+    assert text.endswith(f"{END}\n\n## History\n\n| 2026-11-24 | 8.1 s |\n")
+    write_table(_bench(tmp_path, Row("no-op node.yml, 1 machine", 4.0, "", "machines", "")), out, 0.0)
+    assert out.read_text().count(BEGIN) == 1 and out.read_text().endswith("| 2026-11-24 | 8.1 s |\n")
+
+
+@pytest.mark.parametrize("before", [None, "# `make bench`: measured figures\n\n| an old table the bench wrote whole |\n"])
+def test_a_bench_md_without_the_markers_becomes_the_title_and_the_figures(tmp_path, before):
+    out = tmp_path / "bench.md"
+    if before is not None:
+        out.write_text(before)
+    section = write_table(_bench(tmp_path), out, 0.0)
+    assert out.read_text() == f"{TITLE}\n\n{BEGIN}\n{section}{END}\n"
+
+
+def test_the_repositorys_bench_md_keeps_a_history_outside_what_the_bench_writes():
+    from lab.bench import REPO
+
+    text = (REPO / "docs/bench.md").read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1 and text.index(BEGIN) < text.index(END)
+    assert "## History" in text.split(END, 1)[1]
