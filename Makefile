@@ -181,7 +181,7 @@ SIDE_SCENARIOS := cluster hardware runtime
 # with the kernel's autogroup scheduling each session weighs the same whatever its nice value, and every lab machine,
 # SSH login and cluster component is a session of its own.
 FIRST_INSTALL_WEIGHT := 300
-# Measured with 300/100/100 on 73c41c1 (docs/development.md, the twelfth stop): lab-test ended 31:08 into the run, the
+# Measured with 300/100/100 on 73c41c1 (docs/development.md, "Time budget"): lab-test ended 31:08 into the run, the
 # first install 34:03, the side scenarios 38:31 (runtime's last 4.5 minutes alone): the side lane gets a little more.
 SIDE_WEIGHT := 150
 LAB_TEST_WEIGHT := 100

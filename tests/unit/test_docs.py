@@ -1,5 +1,6 @@
 """The collection's documentation as ansible-doc shows it: every module declares its attributes (check mode, diff
-mode, idempotence, action group) through the shared fragment, and every filter has a document of its own."""
+mode, idempotence, action group) through the shared fragment, and every filter has a document of its own; and the
+prose docs (README, docs/, the roles' READMEs) name only files that exist."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -309,3 +311,38 @@ def test_ansible_doc_shows_each_filter_its_own_document():
         short = name.removeprefix("gpuops.nvidia.")
         assert f"plugins/filter/{short}.yml)" in text.splitlines()[0]
         assert f"NAME: {short}\n" in text
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# The prose docs
+# ---------------------------------------------------------------------------------------------------
+
+PROSE = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "roles").glob("*/README.md")])
+# A repository path in backquotes: `lab/sim/boot.py`, `tests/unit/node/`.
+_DOC_PATH = re.compile(r"`((?:lab|tests|molecule|roles|playbooks|plugins|docs|inventories|changelogs)/[^`\s]*)`")
+# Written at run time, not in the repository.
+_GENERATED = {"inventories/lab/hosts.yml"}
+
+
+def _named_paths(text: str) -> list[str]:
+    """The repository paths a document names; a pattern (`roles/<role>/`, `*.yml`, `PROFILE.yml`) is not a path."""
+    found = []
+    for match in _DOC_PATH.finditer(text):
+        path = match.group(1).split("::")[0].rstrip(".,:;")
+        if any(c in path for c in "<>*{}$[") or re.search(r"[A-Z]{3,}", path):
+            continue
+        found.append(path)
+    return found
+
+
+def test_the_docs_path_reader_skips_patterns():
+    assert _named_paths("`lab/sim/boot.py` and `tests/unit/x.py::test_y`, `roles/<role>/`, `lab/sim/profiles/PROFILE.yml`") \
+        == ["lab/sim/boot.py", "tests/unit/x.py"]
+
+
+@pytest.mark.parametrize("doc", PROSE, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_prose_docs_name_files_that_exist(doc):
+    """A file moved or renamed takes the docs that name it along (the lab's stand-ins, the tests' layout)."""
+    missing = [p for p in _named_paths(doc.read_text(encoding="utf-8")) if p not in _GENERATED and not (REPO / p).exists()]
+    assert not missing, f"{doc.relative_to(REPO)} names files that are not there: {missing}"
