@@ -132,6 +132,7 @@ def test_every_common_module_utils_file_says_it_is_private():
             continue  # empty, as ansible-test sanity wants it
         assert "Private to the gpuops.nvidia collection" in path.read_text(encoding="utf-8"), path
 
+
 def test_the_unit_tests_are_the_collections_and_the_lab_keeps_its_own_beside_its_other_tests():
     """tests/unit mirrors module_utils' sides; the lab's own unit tests are tests/lab/unit (its tests on machines are
     tests/integration), and the unit step (pytest's testpaths, `make unit`) runs both, no machine booted."""

@@ -99,7 +99,7 @@ def test_a_four_slice_gpu():
 def test_mig_configs_are_checked_against_the_model(mig_devices, fragment):
     models = gpu_models(A100)
     errors = mig.check_mig_configs("gpuops_mig_manager_configs",
-                                       {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": mig_devices}]}, models)
+                                   {"c": [{"devices": "all", "mig-enabled": True, "mig-devices": mig_devices}]}, models)
     assert any(fragment in e for e in errors), errors
     assert all(e.startswith("gpuops_mig_manager_configs['c'][0]") for e in errors)
 

@@ -118,7 +118,7 @@ def test_no_mig_capable_gpu_is_named(tmp_path, fake_nvml):
     write_hardware(load_profile("v100"), tmp_path / "hw", "m1", "6.8.0-45-generic", fake_nvml)
     facts = read(tmp_path / "hw")
     errors, _plans = plan(facts, {"version": "v1", "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]}},
-                              "all-disabled", "v")
+                          "all-disabled", "v")
     assert errors == ["no GPU on this node can do MIG (Tesla V100-SXM2-16GB)"]
 
 
