@@ -6,11 +6,10 @@ The config is the file the MIG manager reads (`version: v1`, `mig-configs: {name
 pure and shared with the cluster side (_common/mig.py's `plan`): each GPU takes the first entry that selects it
 (its index in `devices`, or `all`, and its model in `device-filter`), and the same checks as the cluster side's
 refuse a profile the GPU does not offer, too many instances or a layout that cannot fit, before anything changes.
-This module applies a plan. A GPU whose layout differs has its
-compute and GPU instances destroyed and created again at placements NVML offers (a search over them, so
-that an order that would strand a profile is not taken), each GPU instance with one compute instance of its
-whole size; a MIG mode change the driver leaves pending (the GPU held by a process) is reported for a reset
-or a reboot, after which a second run creates the instances.
+This module applies a plan: a GPU whose layout differs has its compute and GPU instances destroyed and created again
+at placements NVML offers (a search over them, so that an order that would strand a profile is not taken), each GPU
+instance with one compute instance of its whole size; a MIG mode change the driver leaves pending (the GPU held by a
+process) is reported for a reset or a reboot, after which a second run creates the instances.
 """
 
 from __future__ import annotations
