@@ -63,8 +63,8 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
     assert check["packages"] == "{{ __gpuops_container_toolkit_check_args.packages }}" and check["validate_only"] is True
     assert check["files"] == "{{ __gpuops_container_toolkit_check_args.files }}"
     assert check["cdi_spec"].startswith("{{ __gpuops_container_toolkit_check_args.cdi_spec | combine({'gpu_info'")
-    for key in ("validate_only", "packages", "files", "cdi_spec", "cdi_refresh"):
-        assert f"'{key}'" in RAW_VARS["__gpuops_container_toolkit_check_args"], key
+    assert set(RAW_VARS["__gpuops_container_toolkit_check_only"]) == {"validate_only", "packages", "files", "cdi_spec", "cdi_refresh"}
+    assert "combine(__gpuops_container_toolkit_check_only)" in RAW_VARS["__gpuops_container_toolkit_check_args"]
     assert runtime_args["variables"] == "{{ __gpuops_container_toolkit_variables }}"
     for option, variable in NAMES.items():
         if option == "drop_in":  # through __gpuops_container_toolkit_drop_in, which reads both drop-in variables
@@ -200,13 +200,10 @@ def test_the_check_s_refresh_units_answer_is_taken_where_asked_with_these_units_
     (None, None, False),  # the check did not run (skipped): unknown, so apt runs
 ])
 def test_the_install_is_left_out_only_when_every_package_is_there_at_the_pinned_version(version, packages, installed):
-    loader = DataLoader()
-    variables = {**loader.load_from_file(str(ROLE / "defaults/main.yml"), trusted_as_template=True),
-                 **loader.load_from_file(str(ROLE / "vars/main.yml"), trusted_as_template=True),
-                 "gpuops_container_toolkit_version": version or ""}
+    variables = {"gpuops_container_toolkit_version": version or ""}
     if packages is not None:
         variables["__gpuops_container_toolkit_check"] = {"packages": packages}
-    templar = Templar(loader=loader, variables=variables)
+    templar = _role_templar(**variables)
     assert templar.template(trust_as_template("{{ __gpuops_container_toolkit_installed }}")) is installed
 
 
