@@ -25,9 +25,8 @@ description:
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
   - The structure is versioned by C(schema_version) (6 since a driver from NVIDIA's .run installer is reported).
   - Never changes anything; always returns C(changed=false).
-  - The answers to later roles' checks that plan from apt's package lists (O(rdma), O(driver), O(fabric_manager),
-    O(container_toolkit)) are made only while those lists are under an hour old (RV(package_lists_age)), as the roles
-    refresh older lists before they plan and then take no answer; their C(result) is null otherwise.
+  - With O(checks), also answers the checks of the host roles that follow it in the play (the node's one read,
+    docs/node-read.md).
 author:
   - gpuops.nvidia maintainers (@gpuops)
 options:
@@ -51,63 +50,36 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
-  nouveau:
+  checks:
     description:
-      - Also answer the M(gpuops.nvidia.nouveau) module's check with these of its options (C(state), C(initramfs),
-        C(unload), C(root), C(image_build); the others at their defaults), in the same round trip. RV(nouveau) is what
-        that module would return in check mode; the nouveau role takes it instead of a module run of its own where it was
-        asked with the role's settings and finds nothing to do.
-      - Nothing is changed, whatever it finds. Settings that module would refuse are not answered (C(result) in RV(nouveau)
-        is null), and this module does not fail for them; the role's own checks name them.
-    type: dict
-    version_added: 0.2.0
-  rdma:
-    description:
-      - Also answer the M(gpuops.nvidia.rdma_info) module's plan with these of its options (all but the GPUs and the
-        distribution, which are this read's, the distribution from os-release), in the same round trip. RV(rdma) is what
-        that module would return; the rdma role takes it instead of a module run of its own where it was asked with the
-        role's settings and nothing changed on the node since.
-      - C(module_type=auto) stands for this read's recommendation (C(derived.kernel_module_type.type)).
-      - Settings that module would refuse are not answered (C(result) in RV(rdma) is null), and this module does not fail for
-        them; the role's own checks name them.
-    type: dict
-    version_added: 0.2.0
-  driver:
-    description:
-      - Also answer the M(gpuops.nvidia.driver_files) module's plan with these of its options (all but the GPUs and the
-        distribution, which are this read's, the distribution from os-release), in the same round trip and in check mode.
-        RV(driver) is what that module would return; the driver role takes it instead of a module run of its own where it
-        was asked with the role's settings, it changes nothing, and nothing changed on the node since.
-      - Nothing is changed, whatever it finds. Settings that module would refuse and a plan it would refuse are not
-        answered (C(result) in RV(driver) is null), and this module does not fail for them; the driver role's run of that
-        module says why. The warnings of a plan answered are this module's, after C(the driver role's check:).
-    type: dict
-    version_added: 0.2.0
-  fabric_manager:
-    description:
-      - Also answer the M(gpuops.nvidia.fabric_manager_info) module's plan with these of its options (all but the GPUs
-        and the distribution, which are this read's), after the driver's plan as O(driver) answers it, in the same round
-        trip. RV(fabric_manager) is what that module would return; the fabric_manager role takes it where it was asked
-        with the role's settings and nothing changed on the node since (the driver role took its answer and installed
-        and held nothing).
-      - A null C(driver_version) stands for the version the driver's plan finds installed, a null C(image_build) for its
-        image build. Without O(driver), or where the driver's plan is not answered, this is not answered either.
-    type: dict
-    version_added: 0.2.0
-  container_toolkit:
-    description:
-      - Also answer the M(gpuops.nvidia.container_runtime) module's settings check (its O(gpuops.nvidia.container_runtime#module:validate_only)
-        run) with these of its options, in the same round trip and in check mode. RV(container_toolkit) is what that run
-        would return; the container_toolkit role takes it instead of a module run of its own where it was asked with the
-        role's settings, it changes nothing, and nothing changed on the node since.
-      - Its C(cdi_spec) holds the CDI spec's settings without the GPUs; the spec's check is made with this read's GPUs, and
-        only where NVML answers with some (the role generates the spec only then); its C(cdi_refresh), the refresh units'
-        check, where the spec's is not made.
-      - Nothing is changed, whatever it finds. Settings that module would refuse and a check it would fail are not answered
-        (C(result) in RV(container_toolkit) is null), and this module does not fail for them; the role's run of that module
-        says why. The warnings of a check answered are this module's, after C(the container_toolkit role's settings check:)
-        (containerd 1.6's, which has no CDI, on every run; the role takes the answer all the same).
-    type: dict
+      - Also answer, in the same round trip, the checks of the host roles that follow in the play, each published by its
+        role in one shape (C(__gpuops_<role>_check), docs/node-read.md) - C(role), one of C(nouveau), C(rdma), C(driver),
+        C(fabric_manager), C(container_toolkit), and C(settings), that role's module options but the GPUs and the
+        distribution, which are this read's (the distribution from os-release). RV(answers) has, per role asked, what
+        that module would return with them, in check mode, and the role takes it instead of a module run of its own
+        where the answer still holds (the C(gpuops.nvidia.node_answer) filter decides).
+      - C(nouveau) answers the M(gpuops.nvidia.nouveau) module's check (its options C(state), C(initramfs), C(unload),
+        C(root), C(image_build); the others at their defaults).
+      - C(rdma) answers M(gpuops.nvidia.rdma_info)'s plan; its C(module_type=auto) stands for this read's recommendation
+        (C(derived.kernel_module_type.type)).
+      - C(driver) answers M(gpuops.nvidia.driver_files)' plan; the warnings of a plan answered are this module's, after
+        C(the driver role's check:).
+      - C(fabric_manager) answers M(gpuops.nvidia.fabric_manager_info)'s plan after the driver's plan as this read answers
+        it - a null C(driver_version) stands for the version that plan finds installed, a null C(image_build) for its
+        image build; without a C(driver) check, or where the driver's plan is not answered, this is not answered either.
+      - C(container_toolkit) answers M(gpuops.nvidia.container_runtime)'s settings check (its
+        O(gpuops.nvidia.container_runtime#module:validate_only) run). Its C(cdi_spec) holds the CDI spec's settings
+        without the GPUs; the spec's check is made with this read's GPUs, and only where NVML answers with some; its
+        C(cdi_refresh), the refresh units' check, where the spec's is not made. Its warnings are this module's, after
+        C(the container_toolkit role's settings check:) (containerd 1.6's, which has no CDI, on every run).
+      - The answers planned from apt's package lists (all but C(nouveau)) are made only while those lists are under an
+        hour old (RV(package_lists_age)), as the roles refresh older lists before they plan and then take no answer;
+        their C(result) is null otherwise.
+      - Nothing is changed, whatever it finds. Settings a module would refuse, and a plan it would refuse or warn about,
+        are not answered (C(result) is null), and this module does not fail for them; the role's own run says why.
+      - A role named twice, or not one of those above, fails the module before anything is read.
+    type: list
+    elements: dict
     version_added: 0.2.0
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
@@ -374,50 +346,19 @@ package_lists_age:
   returned: always
   type: int
   sample: 1250
-nouveau:
+answers:
   description:
-    - With O(nouveau), the settings it was asked with (C(settings), as the module read them) and what the nouveau module
-      would return with them in check mode (C(result)); C(result) is null where that module would fail.
-  returned: when O(nouveau) is set
+    - With O(checks), per role asked, C(settings) (as the answering module read them; for C(rdma), C(driver) and
+      C(fabric_manager) resolved - C(module_type), C(driver_version), C(image_build) - and with the distribution facts it
+      planned for, C(distribution), C(major_version), C(architecture)) and C(result), what that role's module would
+      return with them in check mode, or null where it would fail or warn (or the package lists are not fresh).
+  returned: when O(checks) is set
   type: dict
-  sample: {settings: {state: present, initramfs: true, unload: true, root: /, image_build: auto},
-           result: {changed: false, path: /etc/modprobe.d/gpuops-blacklist-nouveau.conf, loaded: false}}
-rdma:
-  description:
-    - With O(rdma), the settings it was asked with (C(settings), C(module_type) resolved, and the distribution facts it
-      planned with) and what rdma_info would return with them (C(result)); C(result) is null where that module would fail
-      or warn.
-  returned: when O(rdma) is set
-  type: dict
-  sample: {settings: {stack: auto, nics: auto, module_type: open, distribution: Ubuntu, major_version: "24"},
-           result: {changed: false, plan: {path: dmabuf}, boot_list: {present: false}}}
-driver:
-  description:
-    - With O(driver), the settings it was asked with (C(settings), as driver_files reads them, with the distribution it
-      planned for) and what driver_files would return with them in check mode (C(result)); C(result) is null where that
-      module would fail or the plan warns.
-  returned: when O(driver) is set
-  type: dict
-  sample: {settings: {branch: "580", method: dkms, host_files: true, distribution: Ubuntu, major_version: "24"},
-           result: {changed: false, plan: {method: dkms, install: []}, installed: {version: 580.95.05}}}
-fabric_manager:
-  description:
-    - With O(fabric_manager), the settings it was asked with (C(settings), resolved as fabric_manager_info reads them, with
-      the distribution it planned for) and what fabric_manager_info would return with them (C(result)); C(result) is
-      null where that module would fail or the driver's plan is not answered.
-  returned: when O(fabric_manager) is set
-  type: dict
-  sample: {settings: {mode: auto, driver_version: 580.95.05, image_build: false, distribution: Ubuntu},
-           result: {changed: false, plan: {mode: fabricmanager, install: false}, start: true, service: {enabled: true}}}
-container_toolkit:
-  description:
-    - With O(container_toolkit), the settings it was asked with (C(settings), as given) and what the settings check of
-      M(gpuops.nvidia.container_runtime) would return with them (C(result)); C(result) is null where that module would fail
-      or warn.
-  returned: when O(container_toolkit) is set
-  type: dict
-  sample: {settings: {runtime: auto, runtime_name: nvidia, packages: [nvidia-container-toolkit]},
-           result: {changed: false, up_to_date: true, runtime: containerd, cdi_enabled: true, packages: {nvidia-container-toolkit: 1.18.2-1}}}
+  sample:
+    nouveau: {settings: {state: present, initramfs: true, unload: true, root: /, image_build: auto},
+              result: {changed: false, path: /etc/modprobe.d/gpuops-blacklist-nouveau.conf, loaded: false}}
+    driver: {settings: {branch: "580", method: dkms, host_files: true, distribution: Ubuntu, major_version: "24", architecture: x86_64},
+             result: {changed: false, plan: {method: dkms, install: []}, installed: {version: 580.95.05}}}
 ansible_facts:
   description:
     - With O(distribution_facts), the distribution facts, as C(ansible.builtin.setup) gives them; empty on a distribution
@@ -433,7 +374,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import OsRelease
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, one_read
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.gpu_info import collect
 
 # os-release's ID of each distribution the collection installs on, and Ansible's names for it (distribution, os_family).
@@ -450,9 +391,8 @@ DISTRIBUTION_FACTS = ("distribution", "distribution_major_version", "os_family",
 LD_CACHE = "/etc/ld.so.cache"
 # What ansible.builtin.apt's cache_valid_time compares with, in its order.
 APT_LISTS_STAMPS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
-# The answers planned from the package lists, and the age under which the lists are fresh (the node roles' refreshes
-# use cache_valid_time 3600): older lists are refreshed before those roles plan, and the roles then take no answer.
-PACKAGE_ANSWERS = ("rdma", "driver", "fabric_manager", "container_toolkit")
+# The age under which apt's lists are fresh (the node roles' refreshes use cache_valid_time 3600): older lists are
+# refreshed before the roles plan, and the roles then take no answer planned from them.
 FRESH_LISTS = 3600
 
 
@@ -494,40 +434,28 @@ def main() -> None:
             "root": {"type": "path", "default": "/"},
             "nvml_library": {"type": "path"},
             "distribution_facts": {"type": "bool", "default": False},
-            "nouveau": {"type": "dict"},
-            "rdma": {"type": "dict"},
-            "driver": {"type": "dict"},
-            "fabric_manager": {"type": "dict"},
-            "container_toolkit": {"type": "dict"},
+            "checks": {"type": "list", "elements": "dict", "options": {
+                "role": {"type": "str", "required": True, "choices": list(one_read.ROLES)},
+                "settings": {"type": "dict", "required": True}}},
         },
         supports_check_mode=True,
     )
     p = module.params
+    twice = one_read.asked_twice(p["checks"] or [])
+    if twice:
+        module.fail_json(msg=f"checks: each role's check is asked once; asked twice: {', '.join(twice)}")
     try:
         info = collect(p["root"], p["nvml_library"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     facts = distribution_facts(info["node"]["os"])
     extra: dict[str, object] = {"ansible_facts": facts} if p["distribution_facts"] else {}
-    # The checks of the roles that follow, where asked (module_utils/node/answers.py); the plans read the package
-    # database once between them. Those made of the package lists only while the lists are fresh: older ones are
-    # refreshed before those roles plan, which then take no answer.
     lists_age = package_lists_age()
-    fresh = lists_age is not None and lists_age < FRESH_LISTS
-    asked = [name for name in PACKAGE_ANSWERS if p[name] is not None]
-    extra.update({name: dict(settings=p[name], result=None) for name in asked if not fresh})
-    host = answers.shared_host(module) if fresh and asked else None
-    if p["nouveau"] is not None:
-        extra["nouveau"] = answers.nouveau(module, p["nouveau"])
-    if fresh and p["rdma"] is not None:
-        extra["rdma"] = answers.rdma(module, p["rdma"], info, facts, host)
-    driver = answers.driver(module, p["driver"], info, facts, host) if fresh and p["driver"] is not None else None
-    if driver is not None:
-        extra["driver"] = driver
-    if fresh and p["fabric_manager"] is not None:
-        extra["fabric_manager"] = answers.fabric_manager(module, p["fabric_manager"], info, facts, driver, host)
-    if fresh and p["container_toolkit"] is not None:
-        extra["container_toolkit"] = answers.container_runtime(module, p["container_toolkit"], info, host)
+    if p["checks"] is not None:
+        # The checks of the roles that follow (module_utils/node/one_read.py); the plans read the package database
+        # once between them.
+        fresh = lists_age is not None and lists_age < FRESH_LISTS
+        extra["answers"] = answers.answer_checks(module, p["checks"], info, facts, fresh)
     module.exit_json(changed=False, gpu_info=info, nvml_library_installed=nvml_library_installed(p["nvml_library"]),
                      package_lists_age=lists_age, **extra)
 

@@ -1,8 +1,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Checks of a later role's module answered in an earlier module's round trip: the node's one read (gpu_info's `nouveau`,
-`rdma`, `driver`, `fabric_manager` and `container_toolkit`) for the roles that follow the preflight, and the toolkit's
-settings check (container_runtime's `cdi_spec`) for the CDI spec.
+"""Checks of a later role's module answered in an earlier module's round trip: the node's one read (gpu_info's `checks`,
+module_utils/node/one_read.py says the contract) for the roles that follow the preflight, and the toolkit's settings
+check (container_runtime's `cdi_spec`) for the CDI spec.
 
 Each answer is what that role's own module would return with the role's settings, run in check mode in this process:
 the same code on the same node, so a role that finds its answer made with its settings, and nothing changed on the node
@@ -235,3 +235,32 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
     result = _borrowed(module, params, lambda view: container_runtime_run.validate(view, host),
                        "the container_toolkit role's settings check")
     return {"settings": given, "result": result}
+
+
+# The answers made of the package lists: older lists are refreshed before those roles plan, and the roles then take no
+# answer (nouveau's needs no lists).
+PACKAGE_ANSWERS = ("rdma", "driver", "fabric_manager", "container_toolkit")
+
+
+def answer_checks(module: AnsibleModule, checks: list[dict[str, Any]], info: Mapping[str, Any], facts: dict[str, str],
+                  fresh: bool) -> dict[str, dict[str, Any]]:
+    """The answers to the published checks (one_read's shape, validated), by role: each role's {settings, result} in
+    one_read.ROLES' order (the fabric_manager plan after the driver's, whose answer it plans from). Those made of the
+    package lists only where they are `fresh`: else their result is null, and no package database is read for them."""
+    asked = {check["role"]: check["settings"] for check in checks}
+    found: dict[str, dict[str, Any]] = {role: {"settings": settings, "result": None} for role, settings in asked.items()
+                                        if role in PACKAGE_ANSWERS and not fresh}
+    host = shared_host(module) if fresh and any(role in PACKAGE_ANSWERS for role in asked) else None
+    if "nouveau" in asked:
+        found["nouveau"] = nouveau(module, asked["nouveau"])
+    if not fresh:
+        return found
+    if "rdma" in asked:
+        found["rdma"] = rdma(module, asked["rdma"], info, facts, host)
+    if "driver" in asked:
+        found["driver"] = driver(module, asked["driver"], info, facts, host)
+    if "fabric_manager" in asked:
+        found["fabric_manager"] = fabric_manager(module, asked["fabric_manager"], info, facts, found.get("driver"), host)
+    if "container_toolkit" in asked:
+        found["container_toolkit"] = container_runtime(module, asked["container_toolkit"], info, host)
+    return found

@@ -15,6 +15,8 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
+from tests.unit.harness import role_templar
+
 ROOT = Path(__file__).parents[3]
 ROLE = ROOT / "roles/container_toolkit"
 RAW_VARS = yaml.safe_load((ROLE / "vars/main.yml").read_text())
@@ -61,8 +63,8 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
     assert check["packages"] == "{{ __gpuops_container_toolkit_check_args.packages }}" and check["validate_only"] is True
     assert check["files"] == "{{ __gpuops_container_toolkit_check_args.files }}"
     assert check["cdi_spec"].startswith("{{ __gpuops_container_toolkit_check_args.cdi_spec | combine({'gpu_info'")
-    for key in ("validate_only", "packages", "files", "cdi_spec", "cdi_refresh"):
-        assert f"'{key}'" in RAW_VARS["__gpuops_container_toolkit_check_args"], key
+    assert set(RAW_VARS["__gpuops_container_toolkit_check_only"]) == {"validate_only", "packages", "files", "cdi_spec", "cdi_refresh"}
+    assert "combine(__gpuops_container_toolkit_check_only)" in RAW_VARS["__gpuops_container_toolkit_check_args"]
     assert runtime_args["variables"] == "{{ __gpuops_container_toolkit_variables }}"
     for option, variable in NAMES.items():
         if option == "drop_in":  # through __gpuops_container_toolkit_drop_in, which reads both drop-in variables
@@ -74,11 +76,8 @@ def test_the_role_passes_each_option_from_the_variable_it_names():
 def _role_templar(**overrides):
     """The role's defaults and variables as a play holds them; the CDI refresh units (their drop-ins are templates, which
     need a play's loader) off unless set."""
-    loader = DataLoader()
     overrides.setdefault("gpuops_container_toolkit_cdi_refresh", False)
-    variables = {**loader.load_from_file(str(ROLE / "defaults/main.yml"), trusted_as_template=True),
-                 **loader.load_from_file(str(ROLE / "vars/main.yml"), trusted_as_template=True), **overrides}
-    return Templar(loader=loader, variables=variables)
+    return role_templar(ROLE, **overrides)
 
 
 def test_the_check_s_arguments_are_the_module_s_options_and_read_the_same_each_time():
@@ -100,32 +99,38 @@ def test_the_check_s_arguments_are_the_module_s_options_and_read_the_same_each_t
     assert args["cdi_spec"] is None and args["restart_marker"] == ""
 
 
-@pytest.mark.parametrize(("read", "current", "taken", "answered"), [
-    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, True, False, True),
-    # Something changed on the node since the read (a role before this one changed it, the lists were refreshed).
-    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, False, False, False),
+@pytest.mark.parametrize(("read", "open_", "answered"), [
+    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, True, True),
+    # Not open: something changed on the node since the read (a role before this one changed it, a binding installed),
+    # or the role took it before in this run (it checks again when run again in the play): none is left to it.
+    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, False, False),
     # The answer would put the repository's files in place: the check's own run does.
-    ({"settings": "same", "result": {"changed": True, "up_to_date": True}}, True, False, False),
+    ({"settings": "same", "result": {"changed": True, "up_to_date": True}}, True, False),
     # Asked with other settings (the driver role's method moved the driver's root), or not answered.
-    ({"settings": "other", "result": {"changed": False, "up_to_date": True}}, True, False, False),
-    ({"settings": "same", "result": None}, True, False, False),
-    (None, True, False, False),
-    # Once per run: the role run again in the play checks again.
-    ({"settings": "same", "result": {"changed": False, "up_to_date": True}}, True, True, False),
+    ({"settings": "other", "result": {"changed": False, "up_to_date": True}}, True, False),
+    ({"settings": "same", "result": None}, True, False),
+    (None, True, False),
 ])
-def test_the_read_s_answer_is_taken_only_where_it_was_asked_with_these_settings_and_nothing_changed(read, current, taken, answered):
+def test_the_read_s_answer_is_taken_only_where_it_was_asked_with_these_settings_and_is_still_open(read, open_, answered):
     templar = _role_templar(gpuops_driver_method="auto")
     args = json.loads(json.dumps(templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))))
-    overrides = {"__gpuops_node_read_current": current, "gpuops_driver_method": "auto"}
-    if taken:
-        overrides["__gpuops_container_toolkit_answer_taken"] = True
-    if read is not None:
+    overrides = {"gpuops_driver_method": "auto", "__gpuops_node_answers": {}}
+    if read is not None and open_:
         settings = args if read["settings"] == "same" else dict(args, drop_in="/etc/containerd/conf.d/50-other.toml")
-        overrides["__gpuops_preflight_read"] = {"container_toolkit": {"settings": settings, "result": read["result"]}}
+        overrides["__gpuops_node_answers"] = {"container_toolkit": {"settings": settings, "result": read["result"]}}
     answer = _role_templar(**overrides).template(trust_as_template("{{ __gpuops_container_toolkit_answer }}"))
     assert (answer is not None) is answered
     if answered:
         assert answer == read["result"]
+
+
+def test_the_role_publishes_its_check_in_the_read_s_shape_with_the_arguments_it_compares():
+    """What the preflight passes to gpu_info (docs/node-read.md) is the role's check with the arguments its answer is
+    compared with."""
+    templar = _role_templar(gpuops_driver_method="auto")
+    published = templar.template(trust_as_template("{{ __gpuops_container_toolkit_read_check }}"))
+    assert published == {"role": "container_toolkit",
+                         "settings": templar.template(trust_as_template("{{ __gpuops_container_toolkit_check_args }}"))}
 
 
 @pytest.mark.parametrize(("here", "answer", "registered", "want"), [
@@ -195,13 +200,10 @@ def test_the_check_s_refresh_units_answer_is_taken_where_asked_with_these_units_
     (None, None, False),  # the check did not run (skipped): unknown, so apt runs
 ])
 def test_the_install_is_left_out_only_when_every_package_is_there_at_the_pinned_version(version, packages, installed):
-    loader = DataLoader()
-    variables = {**loader.load_from_file(str(ROLE / "defaults/main.yml"), trusted_as_template=True),
-                 **loader.load_from_file(str(ROLE / "vars/main.yml"), trusted_as_template=True),
-                 "gpuops_container_toolkit_version": version or ""}
+    variables = {"gpuops_container_toolkit_version": version or ""}
     if packages is not None:
         variables["__gpuops_container_toolkit_check"] = {"packages": packages}
-    templar = Templar(loader=loader, variables=variables)
+    templar = _role_templar(**variables)
     assert templar.template(trust_as_template("{{ __gpuops_container_toolkit_installed }}")) is installed
 
 

@@ -145,8 +145,8 @@ def node_packages(monkeypatch):
 def test_the_reads_rdma_answer_is_rdma_infos_result(hw, node_packages, settings, monkeypatch):
     """What gpu_info returns for the rdma role stands for rdma_info's run: the same result for the same settings, with
     auto resolved to the read's recommendation as the role resolves it."""
-    res = call(gpu_info.main, {"root": str(hw), "rdma": settings})
-    answer = res["rdma"]
+    res = call(gpu_info.main, {"root": str(hw), "checks": [{"role": "rdma", "settings": settings}]})
+    answer = res["answers"]["rdma"]
     resolved = answer["settings"]
     assert resolved["module_type"] == ("open" if settings["module_type"] == "auto" else settings["module_type"])
     assert (resolved["distribution"], resolved["major_version"], resolved["architecture"]) == ("Ubuntu", "24", "x86_64")
@@ -166,14 +166,15 @@ def test_the_reads_rdma_answer_is_rdma_infos_result(hw, node_packages, settings,
                                              ("rdma", {"unknown": 1}), ("nouveau", {"state": "gone"})])
 def test_settings_the_module_would_refuse_are_not_answered_and_the_read_does_not_fail(hw, node_packages, option, settings):
     """The role's own checks name its variables; the read before them must not fail in their place."""
-    res = call(gpu_info.main, {"root": str(hw), option: settings})
-    assert not res.get("failed") and res[option] == {"settings": settings, "result": None}
+    res = call(gpu_info.main, {"root": str(hw), "checks": [{"role": option, "settings": settings}]})
+    assert not res.get("failed") and res["answers"] == {option: {"settings": settings, "result": None}}
 
 
 def test_the_answers_of_one_read_read_the_package_database_once(hw, node_packages):
     """rdma's and the driver's plans both read dpkg's database: in one read, it is listed once."""
-    res = call(gpu_info.main, {"root": str(hw), "rdma": {"module_type": "auto"}, "driver": {"method": "dkms", "branch": "580"}})
-    assert "rdma" in res and "driver" in res
+    res = call(gpu_info.main, {"root": str(hw), "checks": [{"role": "rdma", "settings": {"module_type": "auto"}},
+                                                           {"role": "driver", "settings": {"method": "dkms", "branch": "580"}}]})
+    assert set(res["answers"]) == {"rdma", "driver"}
     assert node_packages.count("dpkg-query") == 1, node_packages
     call(gpu_info.main, {"root": str(hw)})
     assert node_packages.count("dpkg-query") == 1, "a read asked for no plan reads no package database"
@@ -187,7 +188,30 @@ def test_no_answer_made_of_the_package_lists_where_they_are_not_fresh(hw, node_p
     monkeypatch.setattr(gpu_info.answers, "nouveau", lambda _module, given: {"settings": given, "result": {"changed": False}})
     asked = {"rdma": {"module_type": "auto"}, "driver": {"method": "dkms", "branch": "580"},
              "fabric_manager": {"mode": "auto"}, "container_toolkit": {"runtime": "auto"}}
-    res = call(gpu_info.main, {"root": str(hw), "nouveau": {"state": "blacklisted"}, **asked})
+    checks = [{"role": "nouveau", "settings": {"state": "blacklisted"}}] + [{"role": n, "settings": g} for n, g in asked.items()]
+    res = call(gpu_info.main, {"root": str(hw), "checks": checks})
     assert not res.get("failed") and res["package_lists_age"] == age
-    assert {name: res[name] for name in asked} == {name: {"settings": given, "result": None} for name, given in asked.items()}
-    assert res["nouveau"]["result"] is not None and "dpkg-query" not in node_packages
+    assert {name: res["answers"][name] for name in asked} == {name: {"settings": given, "result": None} for name, given in asked.items()}
+    assert res["answers"]["nouveau"]["result"] is not None and "dpkg-query" not in node_packages
+
+
+def test_a_role_s_check_asked_twice_or_of_an_unknown_role_fails_before_anything_is_read(hw, node_packages):
+    twice = call(gpu_info.main, {"root": str(hw), "checks": [{"role": "driver", "settings": {}}, {"role": "rdma", "settings": {}},
+                                                             {"role": "driver", "settings": {"branch": "580"}}]})
+    assert twice["failed"] and twice["msg"] == "checks: each role's check is asked once; asked twice: driver"
+    unknown = call(gpu_info.main, {"root": str(hw), "checks": [{"role": "dcgm", "settings": {}}]})
+    assert unknown["failed"] and "dcgm" in unknown["msg"] and "container_toolkit" in unknown["msg"]
+    assert node_packages == [], "nothing is read for a refused list"
+
+
+def test_the_fabric_manager_check_is_answered_after_the_driver_s_whatever_the_order_asked(hw, node_packages, monkeypatch):
+    """The fabric_manager answer plans from the driver's as the same read answers it: asked before it in the list, it
+    still gets it."""
+    seen = []
+    monkeypatch.setattr(gpu_info.answers, "driver", lambda *_a: {"settings": {}, "result": {"plan": "driver's"}})
+    monkeypatch.setattr(gpu_info.answers, "fabric_manager",
+                        lambda _m, _given, _info, _facts, driver, _host: seen.append(driver) or {"settings": {}, "result": None})
+    call(gpu_info.main, {"root": str(hw), "checks": [{"role": "fabric_manager", "settings": {}}, {"role": "driver", "settings": {}}]})
+    assert seen == [{"settings": {}, "result": {"plan": "driver's"}}]
+    call(gpu_info.main, {"root": str(hw), "checks": [{"role": "fabric_manager", "settings": {}}]})
+    assert seen[1] is None, "without the driver's check, none to plan from"

@@ -247,7 +247,7 @@ def test_gpu_info_answers_the_check_with_the_settings_it_was_given(tmp_path, mon
     monkeypatch.setattr(nouveau_run, "run", lambda module, params, diff: seen.append((module.check_mode, params)) or {"changed": False})
     (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
     given = {"state": "present", "initramfs": "no", "unload": True, "root": "/x", "image_build": "auto"}
-    res = call(gpu_info.main, {"root": str(tmp_path), "nouveau": given})
-    assert res["nouveau"] == {"settings": dict(given, initramfs=False), "result": {"changed": False}}
+    res = call(gpu_info.main, {"root": str(tmp_path), "checks": [{"role": "nouveau", "settings": given}]})
+    assert res["answers"] == {"nouveau": {"settings": dict(given, initramfs=False), "result": {"changed": False}}}
     assert seen == [(True, {**{k: v.get("default") for k, v in nouveau_run.ARGUMENT_SPEC.items()}, **given, "initramfs": False})]
-    assert "nouveau" not in call(gpu_info.main, {"root": str(tmp_path)})
+    assert "answers" not in call(gpu_info.main, {"root": str(tmp_path)})

@@ -44,6 +44,7 @@ EXPECTED = {
     "gb200-tray": (4, 0, 4, ["blackwell"], "open", "imex", "ok", False, "disabled"),
     "gh200": (1, 0, 1, ["hopper"], "open", "none", "ok", False, "enabled"),
     "v100": (4, 0, 0, ["volta"], "proprietary", "none", "ok", False, "disabled"),
+    "t4": (4, 0, 0, ["turing"], "open", "none", "ok", False, "disabled"),
     "no-gpu": (0, 0, 0, [], None, "none", "library_not_found", False, "not_efi"),
 }
 
@@ -225,6 +226,7 @@ PROFILE_LABELS = {
     "gb200-tray": {**_versions("580.178.04", "13.0"), **_gpu("NVIDIA-GB200", "4", "189471", "blackwell", "10", "0", "true")},
     "gh200": {**_versions("560.35.03", "12.6"), **_gpu("NVIDIA-GH200-480GB", "1", "97871", "hopper", "9", "0", "true")},
     "v100": {**_versions("535.183.01", "12.2"), **_gpu("Tesla-V100-SXM2-16GB", "4", "16384", "volta", "7", "0", "false")},
+    "t4": {**_versions("535.183.01", "12.2"), **_gpu("Tesla-T4", "4", "15360", "turing", "7", "5", "false")},
     # No driver: the collection's device table names the part; no version or memory labels, and MIG
     # capability is unknown until NVML answers.
     "l40s": {**_gpu("NVIDIA-L40S", "4", None, "ada-lovelace", "8", "9", "false")},
