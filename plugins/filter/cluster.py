@@ -158,23 +158,11 @@ def cluster_node_labels(nodes: dict, components: list, absent: list | None = Non
 
 def driver_container_pools(nodes: dict, settings: dict) -> dict:
     """The driver DaemonSets' pools, the nodes left out (each with why) and every error in the settings or the pools."""
-    errors = driver_container.check_settings(settings)
-    precompiled = bool(settings.get("precompiled"))
-    version = driver_container.branch(settings) if precompiled else str(settings.get("version") or "")
-    found, left_out = driver_container.pools(nodes, str(settings.get("image") or ""), version, precompiled)
-    return {"pools": found, "left_out": left_out, "errors": errors or driver_container.check_pools(found, precompiled)}
-
-
-def _selection(nodes: dict, key: str, default: str) -> dict:
-    return {name: (row.get(key) or default) for name, row in nodes.items() if cluster_facts.gpu_count(row["info"])}
+    return driver_container.plan(nodes, settings)
 
 
 def device_plugin_errors(configs: Any, nodes: dict, default: str, mig_strategy: str, key: str = "gpuops_device_plugin_config") -> list:
-    errors = cluster.check_plugin_configs("gpuops_device_plugin_configs", configs, default, mig_strategy)
-    if errors:
-        return errors
-    selection = {n: v for n, v in _selection(nodes, key, "").items() if v}
-    return cluster.check_node_plugin_configs(selection, configs, {n: r["info"] for n, r in nodes.items()})
+    return cluster.check_device_plugin(configs, nodes, default, mig_strategy, key)
 
 
 def _plain(value: Any) -> Any:
@@ -198,7 +186,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
     """Node -> the resources its device plugin advertises; for a node in mig_applied (node -> the mig-parted
     config entries its MIG manager applies in this run), with the layout that config gives."""
     out = {}
-    for name, chosen in _selection(nodes, key, default).items():
+    for name, chosen in cluster.chosen_configs(nodes, key, default).items():
         info = nodes[name]["info"]
         if mig_applied and name in mig_applied:
             info = cluster.apply_mig_config(info, mig_applied[name])
@@ -207,12 +195,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
 
 
 def mig_models(nodes: dict) -> dict:
-    models: dict = {}
-    for row in nodes.values():
-        for key, model in cluster_facts.gpu_models(row["info"]).items():
-            if key not in models or not models[key]["profiles"]:
-                models[key] = model
-    return models
+    return cluster.mig_models(nodes)
 
 
 def mig_parted_config(models: dict, custom: dict) -> dict:
@@ -220,27 +203,7 @@ def mig_parted_config(models: dict, custom: dict) -> dict:
 
 
 def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config", mig_strategy: str = "mixed") -> list:
-    models = mig_models(nodes)
-    errors = cluster.check_mig_configs("gpuops_mig_manager_configs", custom, models)
-    if errors:
-        return errors
-    configs = cluster.mig_parted_config(models, custom)["mig-configs"]
-    capable = {n: r for n, r in nodes.items() if cluster_facts.mig_capable(r["info"])}
-    selection = {n: (r.get(key) or default) for n, r in capable.items()}
-    variables = {n: key if r.get(key) else "gpuops_mig_manager_default_config" for n, r in capable.items()}
-    node_models = {n: sorted(cluster_facts.gpu_models(r["info"])) for n, r in capable.items()}
-    errors = cluster.check_node_mig_configs(selection, configs, node_models, variables)
-    if errors or mig_strategy != "single":
-        return errors
-    # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.
-    for name, row in sorted(capable.items()):
-        chosen = selection[name]
-        gap = cluster.single_strategy_gap(cluster.apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
-        if gap:
-            errors.append(f"gpuops_device_plugin_mig_strategy: single advertises no GPU on {name}, whose MIG config "
-                          f"{chosen or '(none)'} leaves {gap}; use mixed, or a config with one profile on every GPU "
-                          f"(gpuops_mig_manager_config, all-<profile>)")
-    return errors
+    return cluster.check_mig(custom, nodes, default, key, mig_strategy)
 
 
 def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str = "gpuops_device_plugin_config") -> dict:
