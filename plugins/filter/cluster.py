@@ -140,6 +140,11 @@ def cluster_run_nodes(nodes: dict, hosts: list) -> dict:
     return {name: row for name, row in nodes.items() if row["host"] in wanted}
 
 
+def cluster_run_hosts(hosts: Any, limited: Any = None) -> list:
+    """The group's hosts that the run's --limit names (`limited`: those hosts, or None without a limit), in the group's order."""
+    return cluster_facts.run_hosts([str(h) for h in hosts or []], None if limited is None else [str(h) for h in limited])
+
+
 def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
     """The hosts whose `key` is not a mapping (their facts are not known yet)."""
     return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
@@ -333,6 +338,11 @@ def driver_upgrade_restore(labels: Any) -> dict:
     return cluster_upgrade.restore_labels(labels if isinstance(labels, dict) else {})
 
 
+def driver_upgrade_running(units: Any, states: Any) -> list:
+    """The units that were running, from `systemctl is-active`'s lines for them."""
+    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []])
+
+
 def driver_upgrade_waiting(pods: Any, daemonsets: Any, labels: Any) -> list:
     """The paused components' pods still on the Node (namespace/name)."""
     return cluster_upgrade.waiting_pods(list(pods or []), list(daemonsets or []), labels if isinstance(labels, dict) else {})
@@ -357,6 +367,7 @@ class FilterModule:
             "dra_api_errors": dra_api_errors,
             "dra_expected_devices": dra_expected_devices,
             "hosts_without": hosts_without,
+            "cluster_run_hosts": cluster_run_hosts,
             "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
@@ -375,4 +386,5 @@ class FilterModule:
             "driver_upgrade_plan": driver_upgrade_plan,
             "driver_upgrade_restore": driver_upgrade_restore,
             "driver_upgrade_waiting": driver_upgrade_waiting,
+            "driver_upgrade_running": driver_upgrade_running,
         }

@@ -162,3 +162,12 @@ def gpu_models(info: SlimFacts) -> dict[str, GpuModel]:
                                 "size": 2 ** round(math.log2(max(ratio, 1)))}
         models[key] = {"name": gpu["name"] or key, "profiles": table}
     return models
+
+
+def run_hosts(hosts: list[str], limited: list[str] | None) -> list[str]:
+    """The GPU hosts whose Nodes this run labels and validates: those of `hosts` (the group's, in its order) that
+    `limited` names (the hosts of the run's --limit), or all of them without a limit."""
+    if limited is None:
+        return list(hosts)
+    wanted = set(limited)
+    return [host for host in hosts if host in wanted]
