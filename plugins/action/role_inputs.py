@@ -6,13 +6,16 @@ A role's argument spec is checked by a task Ansible puts first in the role, and 
 say: a config against the GPUs' models, an image reference) by a task of its own: two tasks a role, eighteen for the
 nine roles cluster.yml deploys, each about 40 ms of the controller's time and a line of output in every run. This
 action does both for a list of roles in one: each role's spec for the entry point, with the values the task sees (as
-the role's own validation task does), then the messages of the role's variable `__gpuops_<role>_input_errors` where the
-role defines one. Every error of every role comes in one message, before anything has changed.
+the role's own validation task does), then the checks its `meta/inputs.yml` declares (the kind of each variable, the
+rules across variables; module_utils/_common/inputs.py computes them). Every error of every role comes in one message,
+before anything has changed. A role's own check, where it runs alone, is this action for that role.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common import inputs
 
 # The collection's roles, beside plugins/ (this file is plugins/action/role_inputs.py).
 ROLES = Path(__file__).resolve().parents[2] / "roles"
@@ -28,6 +32,12 @@ PREFIX = "gpuops.nvidia."
 ARGUMENT_SPEC: dict[str, Any] = {
     "roles": {"type": "list", "elements": "str", "required": True},
     "entry_point": {"type": "str", "default": "main"},
+}
+# The modules whose RULES a declaration's `<side>.<rule>` names; imported only where a declaration names one of theirs
+# (node.yml's check, once per host, imports no cluster code).
+SIDES = {
+    "cluster": "ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.inputs",
+    "node": "ansible_collections.gpuops.nvidia.plugins.module_utils.node.inputs",
 }
 
 
@@ -40,9 +50,20 @@ def role_name(name: str) -> str:
     return short
 
 
-def errors_variable(role: str) -> str:
-    """The variable a role's own checks are in: a list of messages, empty when its inputs are right."""
-    return f"__gpuops_{role}_input_errors"
+def declaration_path(role: str) -> Path:
+    """Where a role declares its own checks (none: the argument spec says all)."""
+    return ROLES / role / "meta/inputs.yml"
+
+
+def rule(name: str) -> Callable[..., list[str]]:
+    """The function of a rule named `<side>.<rule>` (module_utils/<side>/inputs.py)."""
+    side, _dot, short = name.partition(".")
+    if side not in SIDES:
+        raise KeyError(f"no side {side!r} (known: {', '.join(SIDES)})")
+    rules = importlib.import_module(SIDES[side]).RULES
+    if short not in rules:
+        raise KeyError(f"no rule {short!r} in module_utils/{side}/inputs.py (known: {', '.join(sorted(rules))})")
+    return rules[short]
 
 
 class ActionModule(ActionBase):
@@ -58,6 +79,17 @@ class ActionModule(ActionBase):
         specs = (self._loader.load_from_file(str(path)) or {}).get("argument_specs") or {}
         return dict((specs.get(entry_point) or {}).get("options") or {})
 
+    def declaration(self, role: str) -> dict[str, Any]:
+        """The role's meta/inputs.yml ({} where it has none), checked: a mistake there is the collection's, named."""
+        path = declaration_path(role)
+        if not path.exists():
+            return {}
+        declaration = self._loader.load_from_file(str(path)) or {}
+        problems = inputs.declaration_problems(declaration, rule)
+        if problems:
+            raise AnsibleActionFail(f"roles/{role}/meta/inputs.yml: {'; '.join(problems)}")
+        return dict(declaration)
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         del tmp  # not used
@@ -69,7 +101,7 @@ class ActionModule(ActionBase):
         roles = [role_name(name) for name in validated.validated_parameters["roles"]]
 
         errors: list[str] = []
-        spec_errors: dict[str, list[str]] = {}
+        spec_errors: dict[str, list[str]] = {role: [] for role in roles}
         secrets: set[str] = set()
         for role in roles:
             spec = self.options(role, entry_point)
@@ -81,19 +113,33 @@ class ActionModule(ActionBase):
             found = checked.error_messages
             spec_errors[role] = list(found)
             errors.extend(message for message in found if message not in errors)
+
+        # Each variable templated once for every role's checks (cluster_common's GPU nodes, read by several).
+        templated: dict[str, Any] = {}
+
+        def value(name: str) -> Any:
+            if name not in templated:
+                if name not in task_vars:
+                    raise inputs.Undefined(name)
+                templated[name] = self._templar.template(task_vars[name])
+            return templated[name]
+
         for role in roles:
-            name = errors_variable(role)
-            if name not in task_vars:
-                continue
+            declaration = self.declaration(role)
+            # A value of the wrong type, which the spec named already, can break a check that expects the right one: that
+            # check is left out. Without a spec error, such a break is the collection's, and is raised.
+            refused = bool(spec_errors[role])
             try:
-                own = self._templar.template(task_vars[name])
+                own = inputs.declared_errors(declaration, value, rule, tolerate=refused)
+            except inputs.Undefined as exc:
+                raise AnsibleActionFail(f"the checks of the role {role} (roles/{role}/meta/inputs.yml) need {exc.args[0]}, "
+                                        "which is not defined") from None
+            except inputs.RuleFailed as exc:
+                raise AnsibleActionFail(f"the checks of the role {role} (roles/{role}/meta/inputs.yml) failed: {exc}") from exc
             except AnsibleError:
-                # A value of the wrong type, which the spec named already, can break a check that expects the right one.
-                if spec_errors[role]:
+                if refused:
                     continue
                 raise
-            if not isinstance(own, list):
-                raise AnsibleActionFail(f"{name} of the role {role} is not a list of messages: {own!r}")
             errors.extend(str(message) for message in own if str(message) not in errors)
 
         result["roles"] = roles

@@ -140,6 +140,11 @@ def cluster_run_nodes(nodes: dict, hosts: list) -> dict:
     return {name: row for name, row in nodes.items() if row["host"] in wanted}
 
 
+def cluster_run_hosts(hosts: Any, limited: Any = None) -> list:
+    """The group's hosts that the run's --limit names (`limited`: those hosts, or None without a limit), in the group's order."""
+    return cluster.run_hosts([str(h) for h in hosts or []], None if limited is None else [str(h) for h in limited])
+
+
 def hosts_without(hosts: list, hostvars: Any, key: str) -> list:
     """The hosts whose `key` is not a mapping (their facts are not known yet)."""
     return [h for h in hosts if not isinstance(hostvars[h].get(key), dict)]
@@ -158,23 +163,11 @@ def cluster_node_labels(nodes: dict, components: list, absent: list | None = Non
 
 def driver_container_pools(nodes: dict, settings: dict) -> dict:
     """The driver DaemonSets' pools, the nodes left out (each with why) and every error in the settings or the pools."""
-    errors = driver_container.check_settings(settings)
-    precompiled = bool(settings.get("precompiled"))
-    version = driver_container.branch(settings) if precompiled else str(settings.get("version") or "")
-    found, left_out = driver_container.pools(nodes, str(settings.get("image") or ""), version, precompiled)
-    return {"pools": found, "left_out": left_out, "errors": errors or driver_container.check_pools(found, precompiled)}
-
-
-def _selection(nodes: dict, key: str, default: str) -> dict:
-    return {name: (row.get(key) or default) for name, row in nodes.items() if common_slim.gpu_count(row["info"])}
+    return driver_container.plan(nodes, settings)
 
 
 def device_plugin_errors(configs: Any, nodes: dict, default: str, mig_strategy: str, key: str = "gpuops_device_plugin_config") -> list:
-    errors = cluster.check_plugin_configs("gpuops_device_plugin_configs", configs, default, mig_strategy)
-    if errors:
-        return errors
-    selection = {n: v for n, v in _selection(nodes, key, "").items() if v}
-    return cluster.check_node_plugin_configs(selection, configs, {n: r["info"] for n, r in nodes.items()})
+    return cluster.check_device_plugin(configs, nodes, default, mig_strategy, key)
 
 
 def _plain(value: Any) -> Any:
@@ -198,7 +191,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
     """Node -> the resources its device plugin advertises; for a node in mig_applied (node -> the mig-parted
     config entries its MIG manager applies in this run), with the layout that config gives."""
     out = {}
-    for name, chosen in _selection(nodes, key, default).items():
+    for name, chosen in cluster.chosen_configs(nodes, key, default).items():
         info = nodes[name]["info"]
         if mig_applied and name in mig_applied:
             info = common_mig.apply_mig_config(info, mig_applied[name])
@@ -207,12 +200,7 @@ def expected_allocatable(nodes: dict, mig_strategy: str, configs: dict, default:
 
 
 def mig_models(nodes: dict) -> dict:
-    models: dict = {}
-    for row in nodes.values():
-        for key, model in common_mig.gpu_models(row["info"]).items():
-            if key not in models or not models[key]["profiles"]:
-                models[key] = model
-    return models
+    return cluster.mig_models(nodes)
 
 
 def mig_parted_config(models: dict, custom: dict) -> dict:
@@ -220,27 +208,7 @@ def mig_parted_config(models: dict, custom: dict) -> dict:
 
 
 def mig_errors(custom: Any, nodes: dict, default: str, key: str = "gpuops_mig_manager_config", mig_strategy: str = "mixed") -> list:
-    models = mig_models(nodes)
-    errors = common_mig.check_mig_configs("gpuops_mig_manager_configs", custom, models)
-    if errors:
-        return errors
-    configs = common_mig.mig_parted_config(models, custom)["mig-configs"]
-    capable = {n: r for n, r in nodes.items() if common_slim.mig_capable(r["info"])}
-    selection = {n: (r.get(key) or default) for n, r in capable.items()}
-    variables = {n: key if r.get(key) else "gpuops_mig_manager_default_config" for n, r in capable.items()}
-    node_models = {n: sorted(common_mig.gpu_models(r["info"])) for n, r in capable.items()}
-    errors = cluster.check_node_mig_configs(selection, configs, node_models, variables)
-    if errors or mig_strategy != "single":
-        return errors
-    # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.
-    for name, row in sorted(capable.items()):
-        chosen = selection[name]
-        gap = cluster.single_strategy_gap(common_mig.apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
-        if gap:
-            errors.append(f"gpuops_device_plugin_mig_strategy: single advertises no GPU on {name}, whose MIG config "
-                          f"{chosen or '(none)'} leaves {gap}; use mixed, or a config with one profile on every GPU "
-                          f"(gpuops_mig_manager_config, all-<profile>)")
-    return errors
+    return cluster.check_mig(custom, nodes, default, key, mig_strategy)
 
 
 def device_plugin_labels(nodes: dict, configs: dict, default: str = "", key: str = "gpuops_device_plugin_config") -> dict:
@@ -370,6 +338,11 @@ def driver_upgrade_restore(labels: Any) -> dict:
     return cluster_upgrade.restore_labels(labels if isinstance(labels, dict) else {})
 
 
+def driver_upgrade_running(units: Any, states: Any) -> list:
+    """The units that were running, from `systemctl is-active`'s lines for them."""
+    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []])
+
+
 def driver_upgrade_waiting(pods: Any, daemonsets: Any, labels: Any) -> list:
     """The paused components' pods still on the Node (namespace/name)."""
     return cluster_upgrade.waiting_pods(list(pods or []), list(daemonsets or []), labels if isinstance(labels, dict) else {})
@@ -394,6 +367,7 @@ class FilterModule:
             "dra_api_errors": dra_api_errors,
             "dra_expected_devices": dra_expected_devices,
             "hosts_without": hosts_without,
+            "cluster_run_hosts": cluster_run_hosts,
             "cluster_run_nodes": cluster_run_nodes,
             "device_plugin_errors": device_plugin_errors,
             "device_plugin_data": device_plugin_data,
@@ -412,4 +386,5 @@ class FilterModule:
             "driver_upgrade_plan": driver_upgrade_plan,
             "driver_upgrade_restore": driver_upgrade_restore,
             "driver_upgrade_waiting": driver_upgrade_waiting,
+            "driver_upgrade_running": driver_upgrade_running,
         }

@@ -14,13 +14,14 @@ author:
 description:
   - Checks, for each role in O(roles), the role variables its argument spec (C(meta/argument_specs.yml)) names for the
     entry point O(entry_point), with the values the task sees, as Ansible's own check at the start of a role does; then
-    the role's own checks, the list of messages in the role's variable C(__gpuops_<role>_input_errors) where the role
-    defines one (its C(vars/main.yml)).
+    the role's own checks, which its C(meta/inputs.yml) declares where it has one - the kind of each variable (an image,
+    a port, a URL ...) and the rules across variables (a device plugin config against the GPUs' models ...), computed in
+    Python on the controller.
   - Fails with every error of every role in one message, each naming the role variable, its value and what is accepted.
     A role's own checks are left out where its argument spec already refused a value they would need.
   - The values of options the specs mark C(no_log) are masked in the messages.
   - C(playbooks/cluster.yml) checks its nine roles with one such task before anything is applied, then imports them
-    with C(rolespec_validate=false); each role checks itself when it runs alone.
+    with C(rolespec_validate=false); each role checks itself with this action when it runs alone.
   - An action that runs on the controller only; it never connects to the host.
 options:
   roles:
@@ -29,7 +30,9 @@ options:
     elements: str
     required: true
   entry_point:
-    description: The entry point of each role's argument spec to check against; a role without it has no spec to check.
+    description:
+      - The entry point of each role's argument spec to check against; a role without it has no spec to check (its own
+        checks are made all the same).
     type: str
     default: main
 extends_documentation_fragment:

@@ -264,7 +264,7 @@ def test_node_yml_checks_every_role_it_imports_first():
     # The roles whose own checks are a task of theirs skip it in this play, where the first task made it.
     for role in ("preflight", "container_toolkit"):
         first_task = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())[0]
-        assert first_task["ansible.builtin.assert"]["that"] == f"__gpuops_{role}_input_errors | length == 0"
+        assert first_task["gpuops.nvidia.role_inputs"] == {"roles": [role]}
         assert first_task["when"] == "not __gpuops_node_inputs_checked | default(false)"
 
 
@@ -291,8 +291,8 @@ def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
     _role_includes(play["tasks"][:checks[0]], "cluster.yml", before)
     assert [(args["name"], args.get("tasks_from")) for _w, args in before] == [("gpuops.nvidia.cluster_common", "read")]
     for role in sorted(set(unchecked)):
-        # A role's own checks are in one variable, which the check reads and the role's validate asserts alone.
-        assert f"__gpuops_{role}_input_errors" in yaml.safe_load((REPO / "roles" / role / "vars/main.yml").read_text())
+        # A role's own checks are declared in one place, which the check reads and the role's validate checks alone.
+        assert (REPO / "roles" / role / "meta/inputs.yml").exists()
         # The deploy entry point is main without its check of the inputs and its apply: main checks them, imports it
         # whole, then applies what it kept (cluster.yml applies every role's at once).
         deploy = REPO / "roles" / role / "tasks/deploy.yml"

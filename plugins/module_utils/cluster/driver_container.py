@@ -220,6 +220,17 @@ def check_settings(settings: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+def plan(nodes: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The driver DaemonSets' pools, the nodes left out (each with why) and every error in the settings or the pools.
+    `settings`: the role's variables without their prefix (image, version, precompiled, branch, drain_timeout,
+    fabric_manager_config)."""
+    errors = check_settings(settings)
+    precompiled = bool(settings.get("precompiled"))
+    version = branch(settings) if precompiled else str(settings.get("version") or "")
+    found, left_out = pools(nodes, str(settings.get("image") or ""), version, precompiled)
+    return {"pools": found, "left_out": left_out, "errors": errors or check_pools(found, precompiled)}
+
+
 def branch(settings: Mapping[str, Any]) -> str:
     """The precompiled images' branch: the one set, else the version's."""
     return str(settings.get("branch") or "") or str(settings.get("version") or "").split(".", maxsplit=1)[0]

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import entry_applies
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import (apply_mig_config, check_mig_configs, entry_applies, gpu_models,
+                                                                            mig_parted_config)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import SlimFacts, gpu_count, mig_capable, nvml_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
 
@@ -354,6 +355,58 @@ def check_node_mig_configs(selection: dict[str, str | None], configs: dict, node
     return errors
 
 
+def chosen_configs(nodes: Mapping[str, Mapping[str, Any]], key: str, default: str) -> dict[str, str]:
+    """Each GPU node's config: its host's choice (the row's `key`), else the default. `nodes`: cluster_common's GPU nodes."""
+    return {name: (row.get(key) or default) for name, row in nodes.items() if gpu_count(row["info"])}
+
+
+def check_device_plugin(configs: object, nodes: Mapping[str, Mapping[str, Any]], default: str, mig_strategy: str,
+                        key: str = "gpuops_device_plugin_config") -> list[str]:
+    """The device plugin's named configs, then each GPU node's choice of one against its GPUs."""
+    errors = check_plugin_configs("gpuops_device_plugin_configs", configs, default, mig_strategy)
+    if errors:
+        return errors
+    selection: dict[str, str | None] = {n: v for n, v in chosen_configs(nodes, key, "").items() if v}
+    return check_node_plugin_configs(selection, cast(dict, configs), {n: r["info"] for n, r in nodes.items()})
+
+
+def mig_models(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The GPU models of the nodes, each with its MIG profiles (from a node whose NVML reported them)."""
+    models: dict[str, Any] = {}
+    for row in nodes.values():
+        for key, model in gpu_models(row["info"]).items():
+            if key not in models or not models[key]["profiles"]:
+                models[key] = model
+    return models
+
+
+def check_mig(custom: object, nodes: Mapping[str, Mapping[str, Any]], default: str, key: str = "gpuops_mig_manager_config",
+              mig_strategy: str = "mixed") -> list[str]:
+    """The MIG manager's custom configs against the GPU models, each MIG-capable node's choice of a config, and with the
+    device plugin's single strategy, a layout it can advertise on each node."""
+    models = mig_models(nodes)
+    errors = check_mig_configs("gpuops_mig_manager_configs", custom, models)
+    if errors:
+        return errors
+    configs = mig_parted_config(models, cast(dict, custom))["mig-configs"]
+    capable = {n: r for n, r in nodes.items() if mig_capable(r["info"])}
+    selection: dict[str, str | None] = {n: (r.get(key) or default) for n, r in capable.items()}
+    variables = {n: key if r.get(key) else "gpuops_mig_manager_default_config" for n, r in capable.items()}
+    node_models = {n: sorted(gpu_models(r["info"])) for n, r in capable.items()}
+    errors = check_node_mig_configs(selection, configs, node_models, variables)
+    if errors or mig_strategy != "single":
+        return errors
+    # The single strategy advertises nothing on a node whose layout it cannot describe: named before apply.
+    for name, row in sorted(capable.items()):
+        chosen = selection[name]
+        gap = single_strategy_gap(apply_mig_config(row["info"], configs[chosen]) if chosen else row["info"])
+        if gap:
+            errors.append(f"gpuops_device_plugin_mig_strategy: single advertises no GPU on {name}, whose MIG config "
+                          f"{chosen or '(none)'} leaves {gap}; use mixed, or a config with one profile on every GPU "
+                          f"(gpuops_mig_manager_config, all-<profile>)")
+    return errors
+
+
 # ---------------------------------------------------------------------------------------------------
 # DCGM exporter metrics
 # ---------------------------------------------------------------------------------------------------
@@ -386,3 +439,12 @@ def check_metrics_csv(var: str, text: object, extra_fields: list[str] | tuple[st
     if not records and not errors:
         errors.append(f"{var}: has no metric records, only comments")
     return errors
+
+
+def run_hosts(hosts: list[str], limited: list[str] | None) -> list[str]:
+    """The GPU hosts whose Nodes this run labels and validates: those of `hosts` (the group's, in its order) that
+    `limited` names (the hosts of the run's --limit), or all of them without a limit."""
+    if limited is None:
+        return list(hosts)
+    wanted = set(limited)
+    return [host for host in hosts if host in wanted]

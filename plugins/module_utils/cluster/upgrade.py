@@ -79,6 +79,11 @@ def waiting_pods(pods: list[Mapping[str, Any]], daemonsets: list[Mapping[str, An
     return sorted(waiting)
 
 
+def running_units(units: list[str], states: list[str]) -> list[str]:
+    """The units of `units` that were running: `states` is what `systemctl is-active` printed for them, a line each."""
+    return [unit for unit, state in zip(units, states, strict=False) if state == "active"]
+
+
 def unload_order(loaded: list[str]) -> list[str]:
     """The loaded NVIDIA modules in the order modprobe -r takes them: users first, nvidia last."""
     names = [m.replace("-", "_") for m in loaded]

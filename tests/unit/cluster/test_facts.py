@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common import mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common import slim as cluster
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.rules import advertised, node_labels
 
 from lab.sim.hardware import profile_names
@@ -94,3 +95,14 @@ def test_the_rules_read_the_projection_of_real_facts(info_of):
     assert node_labels(cluster.slim(info_of("no-gpu")), ["device-plugin"]) == {"nvidia.com/gpu.present": "false"}
     l40s = cluster.slim(info_of("l40s"))  # no driver: NVML lists no GPU, the PCI bus counts four
     assert cluster.gpu_count(l40s) == 4 and cluster.nvml_gpus(l40s) == [] and not cluster.mig_capable(l40s)
+
+
+def test_the_run_hosts_are_the_group_s_within_the_limit_in_the_group_s_order():
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import cluster_run_hosts
+
+    group = ["gpu-03", "gpu-01", "gpu-02"]
+    assert rules.run_hosts(group, None) == group
+    # --limit names hosts of other groups too, and in its own order: the group's hosts it names, in the group's order.
+    assert cluster_run_hosts(group, ["cpu-01", "gpu-02", "gpu-03"]) == ["gpu-03", "gpu-02"]
+    assert cluster_run_hosts(group, []) == []
+    assert cluster_run_hosts([], None) == []

@@ -5,7 +5,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.filter.cluster import driver_upgrade_plan, driver_upgrade_restore, driver_upgrade_waiting
+from ansible_collections.gpuops.nvidia.plugins.filter.cluster import (
+    driver_upgrade_plan,
+    driver_upgrade_restore,
+    driver_upgrade_running,
+    driver_upgrade_waiting,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
@@ -129,3 +134,13 @@ def test_modules_are_unloaded_users_first():
         "nvidia_peermem", "nvidia_fs", "nvidia_drm", "nvidia_modeset", "nvidia_uvm", "nvidia"]
     assert upgrade.unload_order(["nvidia_current", "nvidia_uvm"]) == ["nvidia_uvm", "nvidia_current"]
     assert upgrade.unload_order([]) == []
+
+
+def test_the_units_that_were_running_are_those_systemctl_says_are_active():
+    units = ["nvidia-dcgm.service", "nvidia-fabricmanager.service", "nvidia-persistenced.service", "dcgm-exporter.service"]
+    states = ["active", "inactive", "active", "failed"]
+    assert driver_upgrade_running(units, states) == ["nvidia-dcgm.service", "nvidia-persistenced.service"]
+    # An output cut short (a unit systemctl said nothing of) names none more; no units, none.
+    assert upgrade.running_units(units, ["inactive", "active"]) == ["nvidia-fabricmanager.service"]
+    assert driver_upgrade_running([], []) == []
+    assert driver_upgrade_running(["a.service"], ["activating"]) == []

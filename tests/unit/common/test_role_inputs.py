@@ -121,13 +121,62 @@ def test_the_host_roles_own_checks_name_the_variable_the_value_came_from(tmp_pat
     assert not run(tmp_path, {}, roles=NODE_ROLES).get("failed")
 
 
+def _tasks(path: Path) -> list[dict]:
+    return [t for t in yaml.safe_load(path.read_text()) or [] if isinstance(t, dict)]
+
+
 @pytest.mark.parametrize("role", ["cluster_prereqs", "driver_container", "device_plugin", "dra", "node_feature_discovery",
-                                  "gpu_feature_discovery", "dcgm_exporter", "mig_manager", "validation", *NODE_ROLES])
-def test_each_role_checks_itself_with_the_variable_role_inputs_reads(role):
-    """A role run on its own asserts the same list the playbooks' role_inputs reads (one place for its checks)."""
-    variable = f"__gpuops_{role}_input_errors"
-    assert variable in yaml.safe_load((REPO / "roles" / role / "vars/main.yml").read_text())
-    tasks = "".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("validate*.yml") if role not in NODE_ROLES)
-    tasks += (REPO / "roles" / role / "tasks/main.yml").read_text() if role in NODE_ROLES else ""
-    assert f"that: {variable} | length == 0" in tasks
-    assert f"fail_msg: \"{{{{ {variable} | join('; ') }}}}\"" in tasks
+                                  "gpu_feature_discovery", "dcgm_exporter", "mig_manager", "validation", *NODE_ROLES, "cluster_common"])
+def test_each_role_checks_itself_with_the_declaration_role_inputs_reads(role):
+    """A role run on its own checks its inputs with the same action and declaration as the playbooks' first task (one place
+    for its checks), in one task of its own."""
+    assert (REPO / "roles" / role / "meta/inputs.yml").exists()
+    own = [(path.name, task) for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")) for task in _tasks(path)
+           if "gpuops.nvidia.role_inputs" in task]
+    assert len(own) == 1, own
+    where, task = own[0]
+    assert task["gpuops.nvidia.role_inputs"]["roles"] == [role]
+    if role == "cluster_common":
+        # Its shared settings, before the connection: an entry point without an argument spec, its own checks only.
+        assert where == "settings.yml" and task["gpuops.nvidia.role_inputs"]["entry_point"] == "settings"
+    elif role in NODE_ROLES:
+        assert where == "main.yml" and _tasks(REPO / "roles" / role / "tasks/main.yml")[0] == task, "not the role's first task"
+    else:
+        assert where.startswith("validate")
+
+
+STANDALONE = [{
+    "name": "roles on their own",
+    "hosts": "n1",
+    "connection": "local",
+    "gather_facts": False,
+    "tasks": [
+        {"name": "GFD's check", "block": [{"name": "Check", "ansible.builtin.include_role": {
+            "name": "gpuops.nvidia.gpu_feature_discovery", "tasks_from": "validate"}}],
+         "rescue": [{"name": "Keep", "ansible.builtin.set_fact": {"gfd": "{{ ansible_failed_result }}"}}]},
+        {"name": "The preflight's", "block": [{"name": "Run", "ansible.builtin.include_role": {"name": "gpuops.nvidia.preflight"}}],
+         "rescue": [{"name": "Keep", "ansible.builtin.set_fact": {"preflight": "{{ ansible_failed_result }}"}}]},
+        {"name": "Show", "ansible.builtin.copy": {"content": "{{ {'gfd': gfd, 'preflight': preflight} | to_json }}",
+                                                  "dest": "{{ result_file }}"}, "delegate_to": "localhost"},
+    ],
+}]
+
+
+def test_a_role_on_its_own_checks_its_inputs_before_anything_else(tmp_path):
+    """Outside node.yml and cluster.yml, a role's first task of its own says what is wrong, with the same messages."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump(STANDALONE))
+    out = tmp_path / "result.json"
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"n1": {}}}}}}))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_NOCOLOR": "1"}
+    variables = {"result_file": str(out), "gpuops_gpu_feature_discovery_sleep_interval": "45 seconds",
+                 "gpuops_preflight_driver_repository": "ppa"}
+    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), "-i", str(inventory), "-e", json.dumps(variables)],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["gfd"]["msg"] == "gpuops_gpu_feature_discovery_sleep_interval: 45 seconds is not a Go duration such as 60s or 5m, nor infinite"
+    assert result["preflight"]["msg"] == 'gpuops_preflight_driver_repository: "ppa" is not one of distro, cuda'
+    # Nothing ran before: the preflight's first task is its check (its read of the GPUs comes after).
+    assert "Read the GPUs" not in res.stdout
