@@ -163,6 +163,31 @@ def test_every_entry_point_a_playbook_uses_is_declared():
         assert entry in _specs(_short(args["name"])), f"{where}: {args['name']} entry point {entry} is not in its argument_specs"
 
 
+def test_no_playbook_sets_a_roles_private_variable():
+    """The playbooks steer the roles through documented variables only (gpuops_cluster_batch, gpuops_node_inputs_checked),
+    never a role's private __gpuops_* ones."""
+    for path in sorted(REPO.glob("playbooks/*.yml")):
+        for play in _plays(path):
+            named = set(play.get("vars") or {})
+
+            def collect(tasks: object) -> None:
+                for task in tasks if isinstance(tasks, list) else []:
+                    if isinstance(task, dict):
+                        named.update(task.get("vars") or {})
+                        for call in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                            if isinstance(task.get(call), dict):
+                                named.update(task[call].get("vars") or {})
+                        for part in ("block", "rescue", "always"):
+                            collect(task.get(part))
+
+            for part in ("pre_tasks", "tasks", "post_tasks"):
+                collect(play.get(part))
+            for role in play.get("roles") or []:
+                if isinstance(role, dict):
+                    named.update(role.get("vars") or {})
+            assert not sorted(n for n in named if n.startswith("_")), f"{path.name}: {play.get('name')} sets {sorted(named)}"
+
+
 def _options(role: str, entry: str) -> dict:
     return _specs(role)[entry].get("options") or {}
 
@@ -220,7 +245,7 @@ def test_node_yml_checks_every_role_it_imports_first():
     """node.yml checks its roles' inputs in one task before the first role, then imports them without their own check."""
     (play,) = yaml.safe_load((REPO / "playbooks/node.yml").read_text())
     assert "roles" not in play
-    assert play["vars"]["__gpuops_node_inputs_checked"] is True
+    assert play["vars"] == {"gpuops_node_inputs_checked": True}
     first, *rest = play["tasks"]
     assert first["tags"] == ["always"]
     checked = yaml.safe_load(first["gpuops.nvidia.role_inputs"]["roles"].replace("{{", "").replace("}}", "").split("+")[0])
@@ -230,12 +255,14 @@ def test_node_yml_checks_every_role_it_imports_first():
     assert all(args.get("rolespec_validate") is False and "tasks_from" not in args for _w, args in found)
     assert imported == [*checked, "container_toolkit"]
     assert "['container_toolkit'] if gpuops_node_container_toolkit" in first["gpuops.nvidia.role_inputs"]["roles"]
-    # The roles whose own checks are a task of theirs skip it in this play, where the first task made it.
+    # The roles whose own checks are a task of theirs skip it in this play, where the first task made it: a documented
+    # option of each (false by default: a role run otherwise checks itself).
     for role in ("preflight", "container_toolkit"):
         first_task = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())[0]
         assert first_task["ansible.builtin.assert"]["that"] == f"__gpuops_{role}_input_errors | length == 0"
-        assert first_task["when"] == "not __gpuops_node_inputs_checked | default(false)"
-
+        assert first_task["when"] == "not gpuops_node_inputs_checked | bool"
+        assert _options(role, "main")["gpuops_node_inputs_checked"]["default"] is False
+        assert yaml.safe_load((REPO / "roles" / role / "defaults/main.yml").read_text())["gpuops_node_inputs_checked"] is False
 
 
 CLUSTER_ROLES = ["cluster_prereqs", "driver_container", "device_plugin", "dra", "node_feature_discovery", "gpu_feature_discovery",
