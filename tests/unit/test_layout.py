@@ -163,25 +163,26 @@ def test_every_entry_point_a_playbook_uses_is_declared():
         assert entry in _specs(_short(args["name"])), f"{where}: {args['name']} entry point {entry} is not in its argument_specs"
 
 
+def _vars_set(tasks: object, named: set[str]) -> None:
+    """The names of the variables the tasks (and the roles they include or import) are given."""
+    for task in tasks if isinstance(tasks, list) else []:
+        if isinstance(task, dict):
+            named.update(task.get("vars") or {})
+            for call in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if isinstance(task.get(call), dict):
+                    named.update(task[call].get("vars") or {})
+            for part in ("block", "rescue", "always"):
+                _vars_set(task.get(part), named)
+
+
 def test_no_playbook_sets_a_roles_private_variable():
     """The playbooks steer the roles through documented variables only (gpuops_cluster_batch, gpuops_node_inputs_checked),
     never a role's private __gpuops_* ones."""
     for path in sorted(REPO.glob("playbooks/*.yml")):
         for play in _plays(path):
             named = set(play.get("vars") or {})
-
-            def collect(tasks: object) -> None:
-                for task in tasks if isinstance(tasks, list) else []:
-                    if isinstance(task, dict):
-                        named.update(task.get("vars") or {})
-                        for call in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
-                            if isinstance(task.get(call), dict):
-                                named.update(task[call].get("vars") or {})
-                        for part in ("block", "rescue", "always"):
-                            collect(task.get(part))
-
             for part in ("pre_tasks", "tasks", "post_tasks"):
-                collect(play.get(part))
+                _vars_set(play.get(part), named)
             for role in play.get("roles") or []:
                 if isinstance(role, dict):
                     named.update(role.get("vars") or {})
