@@ -81,7 +81,7 @@ options:
     type: list
     elements: str
 requirements:
-  - kubernetes (the Python client) on the host the module runs on
+  - kubernetes (the Python client) on the host the module runs on, for the connections the notes name
 notes:
   - A kubeconfig with a server, a CA (or insecure-skip-tls-verify) and a client certificate or token, or O(host) with
     O(api_key) or a client certificate, connects with Python's own HTTPS, without importing the kubernetes client

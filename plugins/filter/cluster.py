@@ -113,7 +113,7 @@ def dra_driver_root(nodes: dict, root: str) -> str:
 
 def dra_api_errors(info: Any, compute_domains: Any = "auto") -> list:
     """Whether the cluster serves resource.k8s.io/v1, and the ComputeDomain CRDs where they are required, from
-    kubernetes.core.k8s_cluster_info's result."""
+    cluster_read's result with api_groups (kubernetes.core.k8s_cluster_info's shape)."""
     info = info if isinstance(info, dict) else {}
     server = ((info.get("version") or {}).get("server") or {}).get("kubernetes") or {}
     apis = info.get("apis") or {}
@@ -276,7 +276,7 @@ def mig_reconfigure_plan(facts: Any, node: Any, configmap: Any, name: str, node_
     naming what to change), the per-GPU plan (`gpus`, as mig_config's), whether the Node is in the config already
     (`done`: its label names it and the MIG manager reports success), its label and state now, and the config's
     entries (`entries`, for expected_allocatable's mig_applied) and a line per GPU (`summary`, from the facts). `node` and `configmap` are the objects as
-    kubernetes.core.k8s_info returns them ({} when absent)."""
+    cluster_info returns them ({} when absent)."""
     where = f"ConfigMap {namespace}/{MIG_PARTED_CONFIGMAP}"
     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
     out: dict[str, Any] = {"errors": [], "gpus": [], "entries": [], "current": labels.get(cluster_validation.MIG_CONFIG),

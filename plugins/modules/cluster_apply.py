@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: cluster_apply
-short_description: Apply a list of Kubernetes objects server-side, in one module run
+short_description: Apply a list of Kubernetes objects server-side (or delete them), in one module run
 version_added: 0.2.0
 author:
   - gpuops.nvidia maintainers (@gpuops)
@@ -23,6 +23,9 @@ description:
   - In check mode each object is applied with the server's dry run (C(dryRun=All)), which tells what would change and
     refuses what the API server would refuse. An object whose namespace, or whose CRD, is not there yet cannot be
     dry-run (the server answers 404); it is reported in RV(not_dry_run), as a change.
+  - With O(state=absent), each object of O(objects) that is there is deleted instead (by kind and name; what else the
+    object says is not read), in parallel; one that is not there, or whose kind the server does not serve (a CRD
+    removed), is left as it is. What M(kubernetes.core.k8s) does with C(state=absent), without its discovery of every API.
 options:
   objects:
     description:
@@ -62,6 +65,13 @@ options:
     description: Take over the fields another field manager owns (C(force=true)); without it such an apply fails.
     type: bool
     default: true
+  state:
+    description:
+      - C(present) applies the objects; C(absent) deletes those that are there (not with O(label_sets)), with the API
+        server's default propagation (what depends on them goes too), and does not wait for them to be gone.
+    type: str
+    choices: [present, absent]
+    default: present
 extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
@@ -73,12 +83,14 @@ attributes:
     details:
       - The API server's dry run of each apply; what cannot be dry-run yet is listed in RV(not_dry_run).
       - The Nodes' labels are compared as in a real run; nothing is patched.
+      - With O(state=absent), the API server's dry run of each delete.
   diff_mode:
     support: full
     details:
       - Each created or changed object, before and after, without its status and the server's metadata; a Secret's
         values hidden.
       - The labels of each Node that changes, before and after.
+      - With O(state=absent), each object deleted as it was before, and nothing after.
   idempotent:
     support: full
 """
@@ -96,6 +108,12 @@ EXAMPLES = r"""
         labels: {gpu-node-1: {nvidia.com/gpu.deploy.device-plugin: "true"}}
         keep_existing: [nvidia.com/gpu.deploy.device-plugin]
     objects: "{{ lookup('gpuops.nvidia.objects_template', 'objects.yml.j2') }}"
+
+- name: Remove the device plugin's DaemonSet, where it is still there
+  gpuops.nvidia.cluster_apply:
+    state: absent
+    objects:
+      - {apiVersion: apps/v1, kind: DaemonSet, metadata: {name: nvidia-device-plugin-daemonset, namespace: gpu-operator}}
 """
 
 RETURN = r"""
@@ -110,7 +128,9 @@ results:
       description: The object's kind and name (namespace/name for a namespaced one).
       type: str
     result:
-      description: C(created), C(changed), C(unchanged), or C(not dry-run) (check mode, its namespace or CRD not there yet).
+      description:
+        - C(created), C(changed), C(unchanged), or C(not dry-run) (check mode, its namespace or CRD not there yet).
+        - With O(state=absent), C(deleted) (in check mode, would be) or C(absent) (not there).
       type: str
 not_dry_run:
   description: In check mode, the objects that could not be dry-run (kind and name), each counted as a change.
@@ -155,6 +175,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import 
     connect,
     in_parallel,
     resource_path,
+    served_kinds,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.labels import SET_OPTIONS, LabelError, label, set_errors
 
@@ -192,10 +213,9 @@ class Applier:
         """The kinds the API server serves in an API version (its discovery document), by kind."""
         if refresh or api_version not in self.served:
             try:
-                data = self.api.get("/api/v1" if api_version == "v1" else f"/apis/{api_version}") or {}
+                self.served[api_version] = served_kinds(self.api, api_version) or {}
             except Exception as exc:
                 raise Failed(f"reading the kinds the API server serves in {api_version} failed: {api_error(exc)}", None, api_status(exc)) from exc
-            self.served[api_version] = {r["kind"]: r for r in data.get("resources") or [] if "/" not in str(r.get("name"))}
         return self.served[api_version]
 
     def resource(self, index: int) -> dict[str, Any] | None:
@@ -237,6 +257,39 @@ class Applier:
         if result != "unchanged":
             self.diffs[index] = {"before_header": describe(obj), "after_header": describe(obj), "before": shown(before), "after": shown(after)}
 
+    def delete(self, index: int) -> None:
+        """Deletes the object where it is there (the server's dry run in check mode); its kind not served: not there."""
+        obj = self.objects[index]
+        meta = obj["metadata"]
+        found = self.kinds(str(obj["apiVersion"])).get(str(obj["kind"]))
+        result = "absent"
+        if found is not None:
+            namespace = meta.get("namespace") if found.get("namespaced") else None
+            path = resource_path(str(obj["apiVersion"]), str(found["name"]), namespace, str(meta["name"]))
+            try:
+                before = self.api.get(path)
+                if before is not None:
+                    self.api.call("DELETE", path, query=[("dryRun", "All")] if self.check_mode else None)
+                    result = "deleted"
+                    self.diffs[index] = {"before_header": describe(obj), "after_header": describe(obj), "before": shown(before), "after": {}}
+            except Exception as exc:
+                if api_status(exc) != 404:  # gone meanwhile: what was wanted
+                    raise Failed(f"deleting {describe(obj)} failed: {api_error(exc)}", describe(obj), api_status(exc)) from exc
+                self.diffs.pop(index, None)
+        self.results[index] = {"object": describe(obj), "result": result}
+
+    def remove(self) -> None:
+        """Deletes every object that is there, in parallel (the kinds each API version serves read once, first)."""
+        for api_version in sorted({str(obj["apiVersion"]) for obj in self.objects}):
+            self.kinds(api_version)
+        errors = in_parallel(self.delete, range(len(self.objects)))
+        if errors:
+            index = min(errors)
+            error = errors[index]
+            if isinstance(error, Failed):
+                raise error
+            raise Failed(f"deleting {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]), api_status(error))
+
     def run(self) -> None:
         if self.check_mode:
             for namespace in sorted({str(o["metadata"]["namespace"]) for o in self.objects if (o.get("metadata") or {}).get("namespace")}):
@@ -263,6 +316,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "label_sets": {"type": "list", "elements": "dict", "default": [], "options": SET_OPTIONS},
     "field_manager": {"type": "str", "default": "gpuops-nvidia"},
     "force_conflicts": {"type": "bool", "default": True},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     **AUTH_ARGS,
 }
 
@@ -272,9 +326,13 @@ def run(module: Any) -> None:
     objects, sets = module.params["objects"], module.params["label_sets"]
     bad_objects = check_objects(objects)
     errors = (["objects: " + "; ".join(bad_objects)] if bad_objects else []) + set_errors(sets, "label_sets")
+    if module.params["state"] == "absent" and sets:
+        errors.append("label_sets: not with state absent (a label set to null is removed)")
     if errors:
         module.fail_json(msg="; ".join(errors))
     api = JsonApi(connect(module))
+    if module.params["state"] == "absent":
+        run_absent(module, Applier(api, objects, module.params, module.check_mode))
     try:
         labelled = label(api, sets, module.params["field_manager"], "fail", module.check_mode, module._diff)
     except LabelError as exc:
@@ -296,6 +354,20 @@ def run(module: Any) -> None:
         applier.diffs[index] for index in sorted(applier.diffs)]
     if module._diff and diffs:
         out["diff"] = diffs
+    module.exit_json(**out)
+
+
+def run_absent(module: Any, applier: Applier) -> None:
+    """State absent: the objects deleted, and what was deleted."""
+    try:
+        applier.remove()
+    except Failed as exc:
+        module.fail_json(msg=exc.msg, object=exc.obj, status=exc.status, results=[r for r in applier.results if r])
+    results = [r for r in applier.results if r]
+    out: dict[str, Any] = {"changed": any(r["result"] == "deleted" for r in results), "results": results, "not_dry_run": [],
+                           "labelled": {"changed_nodes": [], "sets": []}}
+    if module._diff and applier.diffs:
+        out["diff"] = [applier.diffs[index] for index in sorted(applier.diffs)]
     module.exit_json(**out)
 
 

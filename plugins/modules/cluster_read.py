@@ -16,13 +16,16 @@ description:
     M(kubernetes.core.k8s_info) returns its RV(kubernetes.core.k8s_info#module:resources) - one module run where a
     C(k8s_info) per kind would each load the client again.
   - A kind the server does not serve (a CRD not installed) or a named object that is not there reads as no objects.
+  - With O(api_groups), also what the API server serves of those groups (their versions and kinds) and its version, in
+    the shape M(kubernetes.core.k8s_cluster_info) returns for every group - a few calls where the discovery of every
+    group took seconds.
   - Reads only, so it runs the same in check mode.
 options:
   reads:
     description: What to read.
     type: list
     elements: dict
-    required: true
+    default: []
     suboptions:
       key:
         description: The name of this read's objects in RV(resources); each key once.
@@ -47,6 +50,13 @@ options:
         type: list
         elements: str
         default: []
+  api_groups:
+    description:
+      - API groups (as C(resource.k8s.io)) whose served versions and kinds to return in RV(apis), with the server's version
+        in RV(version). A group the server does not serve is left out of RV(apis).
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - gpuops.nvidia.kube
   - gpuops.nvidia.attributes
@@ -72,6 +82,11 @@ EXAMPLES = r"""
       - {key: service_monitor_crd, api_version: apiextensions.k8s.io/v1, resource: customresourcedefinitions,
          name: servicemonitors.monitoring.coreos.com}
   register: cluster
+
+- name: Whether the cluster serves resource.k8s.io/v1, and its version
+  gpuops.nvidia.cluster_read:
+    api_groups: [resource.k8s.io]
+  register: cluster_apis
 """
 
 RETURN = r"""
@@ -80,6 +95,19 @@ resources:
   returned: success
   type: dict
   sample: {nfd_crd: [], deployments: [{apiVersion: apps/v1, kind: Deployment, metadata: {name: nfd-master, namespace: nfd}}]}
+apis:
+  description:
+    - With O(api_groups), each version the server serves of those groups (C(group/version)) to the kinds it serves there,
+      each with its resource C(name), whether it is C(namespaced), C(preferred) (the group's preferred version),
+      C(singular_name), C(short_names) and C(categories), as M(kubernetes.core.k8s_cluster_info) returns them.
+  returned: success, with O(api_groups)
+  type: dict
+  sample: {resource.k8s.io/v1: {DeviceClass: {name: deviceclasses, namespaced: false, preferred: true}}}
+version:
+  description: With O(api_groups), the server's version (its C(/version) document) under C(server.kubernetes).
+  returned: success, with O(api_groups)
+  type: dict
+  sample: {server: {kubernetes: {gitVersion: v1.36.3, major: "1", minor: "36"}}}
 key:
   description: The key of the read that failed first (in the order of O(reads)).
   returned: failure of a read
@@ -124,7 +152,7 @@ def read(api: JsonApi, entry: dict[str, Any]) -> list[dict]:
 
 
 ARGUMENT_SPEC: dict[str, Any] = {
-    "reads": {"type": "list", "elements": "dict", "required": True, "options": {
+    "reads": {"type": "list", "elements": "dict", "default": [], "options": {
         "key": {"type": "str", "required": True, "no_log": False},
         "api_version": {"type": "str", "required": True},
         "resource": {"type": "str", "required": True},
@@ -132,8 +160,26 @@ ARGUMENT_SPEC: dict[str, Any] = {
         "namespace": {"type": "str"},
         "label_selectors": {"type": "list", "elements": "str", "default": []},
     }},
+    "api_groups": {"type": "list", "elements": "str", "default": []},
     **AUTH_ARGS,
 }
+
+
+def group_kinds(api: JsonApi, group: str) -> dict[str, dict[str, Any]]:
+    """Each version the server serves of an API group to its kinds, as k8s_cluster_info keys them; {} where it serves none."""
+    found = api.get(f"/apis/{group}")
+    if found is None:
+        return {}
+    preferred = (found.get("preferredVersion") or {}).get("groupVersion")
+    out: dict[str, dict[str, Any]] = {}
+    for version in found.get("versions") or []:
+        group_version = str(version.get("groupVersion"))
+        data = api.get(f"/apis/{group_version}") or {}
+        out[group_version] = {str(r["kind"]): {
+            "name": r.get("name"), "namespaced": bool(r.get("namespaced")), "preferred": group_version == preferred,
+            "singular_name": r.get("singularName") or "", "short_names": r.get("shortNames") or [],
+            "categories": r.get("categories") or []} for r in data.get("resources") or [] if "/" not in str(r.get("name"))}
+    return out
 
 
 def run(module: Any) -> None:
@@ -152,7 +198,21 @@ def run(module: Any) -> None:
         path = resource_path(first["api_version"], first["resource"], first["namespace"], first["name"])
         module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
                          status=api_status(exc))
-    module.exit_json(changed=False, resources={key: found[key] for key in keys})
+    out: dict[str, Any] = {"changed": False, "resources": {key: found[key] for key in keys}}
+    groups = module.params["api_groups"]
+    if groups:
+        served: dict[str, dict[str, dict[str, Any]]] = {}
+        version: dict[str, Any] = {}
+        calls = [lambda: version.update(api.get("/version") or {})] + [
+            (lambda group=group: served.__setitem__(group, group_kinds(api, group))) for group in groups]
+        errors = in_parallel(lambda index: calls[index](), range(len(calls)))
+        if errors:
+            index = min(errors)
+            path = "/version" if index == 0 else f"/apis/{groups[index - 1]}"
+            module.fail_json(msg=f"reading {path} failed: {api_error(errors[index])}", path=path, status=api_status(errors[index]))
+        out["apis"] = {gv: kinds for group in groups for gv, kinds in served[group].items()}
+        out["version"] = {"server": {"kubernetes": version}}
+    module.exit_json(**out)
 
 
 def main() -> None:

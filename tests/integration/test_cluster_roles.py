@@ -522,7 +522,7 @@ def test_a_mig_change_is_validated_once_the_mig_manager_has_applied_it(lab_clust
     own.write_text(yaml.safe_dump([{
         "name": "The MIG manager alone", "hosts": "localhost", "connection": "local", "gather_facts": False,
         "module_defaults": {f"group/{group}": {"kubeconfig": "{{ gpuops_cluster_kubeconfig }}"}
-                            for group in ("kubernetes.core.k8s", "gpuops.nvidia.cluster")},
+                            for group in ("gpuops.nvidia.cluster",)},
         "roles": ["gpuops.nvidia.mig_manager", "gpuops.nvidia.validation"]}]))
     r_a100["gpuops_mig_manager_config"] = "all-1g.10gb"
     other.write_text(json.dumps(changed))
@@ -707,7 +707,7 @@ def alone(inventory: Path, role: str) -> Path:
     own.write_text(yaml.safe_dump([{
         "name": f"{role} alone", "hosts": "localhost", "connection": "local", "gather_facts": False,
         "module_defaults": {f"group/{group}": {"kubeconfig": "{{ gpuops_cluster_kubeconfig }}"}
-                            for group in ("kubernetes.core.k8s", "gpuops.nvidia.cluster")},
+                            for group in ("gpuops.nvidia.cluster",)},
         "roles": [f"gpuops.nvidia.{role}"]}]))
     return own
 

@@ -213,14 +213,6 @@ def test_no_fact_shadows_a_task_or_role_variable():
     assert not clashes, f"task or role variables also set as facts (variable: where it is a variable, where a fact): {clashes}"
 
 
-# Entry points the collection's roles call, after cluster_common's main checked the shared settings, with values they
-# computed themselves (or none: node_common's facts and refresh): validating those arguments at every call was a task
-# each (20 in a no-op cluster.yml, 0.8 s).
-# Their specs document them and validate a direct call. (read and unread run before main in cluster.yml: they validate.)
-INTERNAL_ENTRY_POINTS = {("cluster_common", name) for name in ("apply_batch", "daemonsets", "nodes", "remove")} | {
-    ("mig_manager", "record"), ("node_common", "facts"), ("node_common", "refresh")}
-
-
 def _role_includes(tasks: object, where: str, found: list[tuple[str, dict]]) -> None:
     for task in tasks if isinstance(tasks, list) else []:
         if not isinstance(task, dict):
@@ -232,26 +224,124 @@ def _role_includes(tasks: object, where: str, found: list[tuple[str, dict]]) -> 
             _role_includes(task.get(part), where, found)
 
 
-def test_the_roles_internal_calls_skip_argument_validation():
+def _specs(role: str) -> dict:
+    return yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
+
+
+def _short(name: object) -> str:
+    return str(name).removeprefix("gpuops.nvidia.")
+
+
+def _plays(path: Path) -> list[dict]:
+    return [play for play in yaml.safe_load(path.read_text()) or [] if "import_playbook" not in play]
+
+
+def _playbook_calls() -> list[tuple[str, dict, dict]]:
+    """(playbook, the play, the include_role or import_role arguments) of every call of a role in playbooks/."""
+    out = []
+    for path in sorted(REPO.glob("playbooks/*.yml")):
+        for play in _plays(path):
+            found: list[tuple[str, dict]] = []
+            for part in ("pre_tasks", "tasks", "post_tasks"):
+                _role_includes(play.get(part), path.name, found)
+            out += [(where, play, args) for where, args in found]
+    return out
+
+
+def test_every_entry_point_a_playbook_uses_is_declared():
+    """A playbook of the user's own uses what ours use: each tasks_from is an entry point of the role's argument spec,
+    so ansible-doc -t role shows it and Ansible checks its options."""
+    calls = _playbook_calls()
+    assert len([args for _w, _p, args in calls if args.get("tasks_from")]) >= 15
+    for where, _play, args in calls:
+        entry = args.get("tasks_from", "main")
+        assert entry in _specs(_short(args["name"])), f"{where}: {args['name']} entry point {entry} is not in its argument_specs"
+
+
+def _vars_set(tasks: object, named: set[str]) -> None:
+    """The names of the variables the tasks (and the roles they include or import) are given."""
+    for task in tasks if isinstance(tasks, list) else []:
+        if isinstance(task, dict):
+            named.update(task.get("vars") or {})
+            for call in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if isinstance(task.get(call), dict):
+                    named.update(task[call].get("vars") or {})
+            for part in ("block", "rescue", "always"):
+                _vars_set(task.get(part), named)
+
+
+def test_no_playbook_sets_a_roles_private_variable():
+    """The playbooks steer the roles through documented variables only (gpuops_cluster_batch, gpuops_node_inputs_checked),
+    never a role's private __gpuops_* ones."""
+    for path in sorted(REPO.glob("playbooks/*.yml")):
+        for play in _plays(path):
+            named = set(play.get("vars") or {})
+            for part in ("pre_tasks", "tasks", "post_tasks"):
+                _vars_set(play.get(part), named)
+            for role in play.get("roles") or []:
+                if isinstance(role, dict):
+                    named.update(role.get("vars") or {})
+            assert not sorted(n for n in named if n.startswith("_")), f"{path.name}: {play.get('name')} sets {sorted(named)}"
+
+
+def _options(role: str, entry: str) -> dict:
+    return _specs(role)[entry].get("options") or {}
+
+
+def test_argument_validation_is_skipped_only_where_the_same_spec_was_checked_or_is_empty():
+    """rolespec_validate: false leaves out Ansible's check of an entry point's spec. That is sound only where nothing is
+    left unchecked: (a) in a play whose gpuops.nvidia.role_inputs task, before the call, checked the role's main spec,
+    and the entry point's options are main's (the same definitions); (b) for cluster_common, whose main (a dependency of
+    every role checked so) checked the same definitions; (c) an entry point without options (node_common's facts and
+    refresh), whose check would be an empty task. Anywhere else, Ansible checks."""
+    skipped = []
+    for where, play, args in _playbook_calls():
+        if args.get("rolespec_validate") is not False:
+            continue
+        role, entry = _short(args["name"]), args.get("tasks_from", "main")
+        tasks = play["tasks"]
+        checks = [i for i, t in enumerate(tasks) if "gpuops.nvidia.role_inputs" in t]
+        assert len(checks) == 1, f"{where}: one check of every role's inputs"
+        check = tasks[checks[0]]
+        assert check["tags"] == ["always"] and "entry_point" not in check["gpuops.nvidia.role_inputs"]
+        before: list[tuple[str, dict]] = []
+        _role_includes(tasks[:checks[0]], where, before)
+        assert args not in [a for _w, a in before], f"{where}: {role} {entry} is imported before the check of its inputs"
+        main = _options(role, "main")
+        options = _options(role, entry)
+        for name, spec in options.items():
+            assert main.get(name) == spec, f"{where}: {role} {entry}'s option {name} is not main's"
+        if role != "cluster_common":
+            assert role in str(check["gpuops.nvidia.role_inputs"]["roles"]), f"{where}: {role} is not checked first"
+        skipped.append((where, role, entry))
+    assert len([s for s in skipped if s[0] == "cluster.yml"]) == 13 and len([s for s in skipped if s[0] == "node.yml"]) == 6
+    in_roles: list[tuple[str, dict]] = []
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        _role_includes(yaml.safe_load(path.read_text()), str(path.relative_to(REPO)), in_roles)
+    empty = [(w, _short(a["name"]), a.get("tasks_from", "main")) for w, a in in_roles if a.get("rolespec_validate") is False]
+    assert {(role, entry) for _w, role, entry in empty} == {("node_common", "facts"), ("node_common", "refresh")}
+    for where, role, entry in empty:
+        assert entry in _specs(role) and not _options(role, entry), f"{where}: {role} {entry} has options to check"
+
+
+def test_the_roles_call_each_others_internal_task_files_without_a_spec_to_check():
+    """What a cluster role includes of cluster_common that no playbook uses (nodes, daemonsets, remove, apply) is
+    internal: not an entry point, so no argument check is made or skipped."""
     found: list[tuple[str, dict]] = []
     for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
         _role_includes(yaml.safe_load(path.read_text()), str(path.relative_to(REPO)), found)
-    for path in sorted(REPO.glob("playbooks/*.yml")):
-        for play in yaml.safe_load(path.read_text()) or []:
-            for part in ("pre_tasks", "tasks", "post_tasks"):
-                _role_includes(play.get(part), str(path.relative_to(REPO)), found)
-    internal = [(where, args) for where, args in found
-                if (str(args.get("name", "")).removeprefix("gpuops.nvidia."), args.get("tasks_from")) in INTERNAL_ENTRY_POINTS]
-    assert len(internal) >= 20
-    validating = [(where, args["name"], args["tasks_from"]) for where, args in internal if args.get("rolespec_validate") is not False]
-    assert not validating, f"internal calls that validate their arguments (rolespec_validate: false): {validating}"
+    internal = {(_short(a["name"]), a.get("tasks_from")) for _w, a in found
+                if _short(a["name"]) == "cluster_common" and a.get("tasks_from") not in _specs("cluster_common")}
+    assert internal == {("cluster_common", name) for name in ("apply", "daemonsets", "nodes", "remove")}
+    used = {(_short(a["name"]), a.get("tasks_from", "main")) for _w, _p, a in _playbook_calls()}
+    assert not internal & used
 
 
 def test_node_yml_checks_every_role_it_imports_first():
     """node.yml checks its roles' inputs in one task before the first role, then imports them without their own check."""
     (play,) = yaml.safe_load((REPO / "playbooks/node.yml").read_text())
     assert "roles" not in play
-    assert play["vars"]["__gpuops_node_inputs_checked"] is True
+    assert play["vars"] == {"gpuops_node_inputs_checked": True}
     first, *rest = play["tasks"]
     assert first["tags"] == ["always"]
     checked = yaml.safe_load(first["gpuops.nvidia.role_inputs"]["roles"].replace("{{", "").replace("}}", "").split("+")[0])
@@ -261,49 +351,65 @@ def test_node_yml_checks_every_role_it_imports_first():
     assert all(args.get("rolespec_validate") is False and "tasks_from" not in args for _w, args in found)
     assert imported == [*checked, "container_toolkit"]
     assert "['container_toolkit'] if gpuops_node_container_toolkit" in first["gpuops.nvidia.role_inputs"]["roles"]
-    # The roles whose own checks are a task of theirs skip it in this play, where the first task made it.
+    # The roles whose own checks are a task of theirs skip it in this play, where the first task made it: a documented
+    # option of each (false by default: a role run otherwise checks itself).
     for role in ("preflight", "container_toolkit"):
         first_task = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())[0]
         assert first_task["gpuops.nvidia.role_inputs"] == {"roles": [role]}
-        assert first_task["when"] == "not __gpuops_node_inputs_checked | default(false)"
+        assert first_task["when"] == "not gpuops_node_inputs_checked | bool"
+        assert _options(role, "main")["gpuops_node_inputs_checked"]["default"] is False
+        assert yaml.safe_load((REPO / "roles" / role / "defaults/main.yml").read_text())["gpuops_node_inputs_checked"] is False
 
 
-def test_cluster_yml_skips_only_the_argument_checks_it_made_first():
-    """cluster.yml checks every role's inputs in one task (gpuops.nvidia.role_inputs: each role's main argument spec and
-    its own checks) before the first object is applied, then imports the roles without checking their arguments again:
-    only sound where that task names every role imported so, and comes before them all."""
+CLUSTER_ROLES = ["cluster_prereqs", "driver_container", "device_plugin", "dra", "node_feature_discovery", "gpu_feature_discovery",
+                 "dcgm_exporter", "mig_manager"]
+
+
+def test_cluster_yml_batches_through_documented_entry_points():
+    """cluster.yml: cluster_common's read, every role's inputs in one task, the checks of the cluster, each role's deploy
+    entry point, one apply_batch, mig_manager's record and validation's nodes; the play batches by the public
+    gpuops_cluster_batch."""
     play = next(p for p in yaml.safe_load((REPO / "playbooks/cluster.yml").read_text()) if p.get("name") == "Deploy the GPU components to the cluster")
-    assert play["vars"]["__gpuops_cluster_inputs_checked"] is True
-    checks = [i for i, t in enumerate(play["tasks"]) if "gpuops.nvidia.role_inputs" in t]
-    assert len(checks) == 1, "one check of every role's inputs"
-    checked = play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"]["roles"]
-    assert "entry_point" not in play["tasks"][checks[0]]["gpuops.nvidia.role_inputs"], "the roles' main argument specs"
-    # As Ansible's own check at a role's start, it runs whatever --tags the run is given.
-    assert play["tasks"][checks[0]]["tags"] == ["always"]
+    assert play["vars"] == {"gpuops_cluster_batch": True}
     found: list[tuple[str, dict]] = []
-    _role_includes(play["tasks"][checks[0]:], "cluster.yml", found)
-    unchecked = [str(args["name"]).removeprefix("gpuops.nvidia.") for _where, args in found if args.get("rolespec_validate") is False
-                 and str(args["name"]).removeprefix("gpuops.nvidia.") != "cluster_common"]
-    assert len(set(unchecked)) >= 9
-    assert set(unchecked) == set(checked), f"imported unchecked but not checked first: {sorted(set(unchecked) - set(checked))}"
-    # Nothing before the check but cluster_common's read (the shared settings and the connection).
-    before: list[tuple[str, dict]] = []
-    _role_includes(play["tasks"][:checks[0]], "cluster.yml", before)
-    assert [(args["name"], args.get("tasks_from")) for _w, args in before] == [("gpuops.nvidia.cluster_common", "read")]
-    for role in sorted(set(unchecked)):
-        # A role's own checks are declared in one place, which the check reads and the role's validate checks alone.
-        assert (REPO / "roles" / role / "meta/inputs.yml").exists()
-        # The deploy entry point is main without its check of the inputs and its apply: main checks them, imports it
-        # whole, then applies what it kept (cluster.yml applies every role's at once).
-        deploy = REPO / "roles" / role / "tasks/deploy.yml"
-        if deploy.exists():
-            # Its validate entry point (for a playbook of the user's own) takes main's argument spec, which the check
-            # above is.
-            specs = yaml.safe_load((REPO / "roles" / role / "meta/argument_specs.yml").read_text())["argument_specs"]
-            assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
-            main = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())
-            assert main[0].get("ansible.builtin.include_tasks") == "validate.yml", f"{role}: main does not check first"
-            assert main[1].get("ansible.builtin.import_tasks") == "deploy.yml", f"{role}: main does not deploy after the check"
-            assert main[2].get("ansible.builtin.include_role") == {
-                "name": "gpuops.nvidia.cluster_common", "tasks_from": "apply_batch", "rolespec_validate": False}, f"{role}: main does not apply"
-            assert [t.get("ansible.builtin.import_tasks") for t in main[3:]] in ([], ["record.yml"]), f"{role}: main does more"
+    _role_includes(play["tasks"], "cluster.yml", found)
+    calls = [(_short(args["name"]), args.get("tasks_from", "main")) for _w, args in found]
+    assert calls == [("cluster_common", "read"), ("dra", "in_cluster"), ("node_feature_discovery", "in_cluster")] + [
+        (role, "deploy") for role in CLUSTER_ROLES] + [("cluster_common", "apply_batch"), ("mig_manager", "record"), ("validation", "nodes")]
+    checked = next(t for t in play["tasks"] if "gpuops.nvidia.role_inputs" in t)["gpuops.nvidia.role_inputs"]["roles"]
+    assert sorted(checked) == sorted([*CLUSTER_ROLES, "validation"])
+    assert _options("cluster_common", "main")["gpuops_cluster_batch"]["default"] is False
+    assert yaml.safe_load((REPO / "roles/cluster_common/defaults/main.yml").read_text())["gpuops_cluster_batch"] is False
+
+
+@pytest.mark.parametrize("role", CLUSTER_ROLES)
+def test_a_cluster_roles_main_is_its_validate_deploy_and_apply(role):
+    """A role's main: its validate (the check of its inputs, role_inputs on its meta/inputs.yml), its deploy entry point
+    (main's spec), then cluster_common's apply of what it kept; cluster.yml imports the deploy of every role, then one
+    apply_batch."""
+    # Its own checks are declared in one place, which cluster.yml's check reads and its validate checks alone.
+    assert (REPO / "roles" / role / "meta/inputs.yml").exists()
+    specs = _specs(role)
+    assert specs["validate"]["options"] == specs["main"]["options"], f"{role}: validate's argument spec is not main's"
+    assert specs["deploy"]["options"] == specs["main"]["options"], f"{role}: deploy's argument spec is not main's"
+    main = yaml.safe_load((REPO / "roles" / role / "tasks/main.yml").read_text())
+    assert main[0].get("ansible.builtin.include_tasks") == "validate.yml", f"{role}: main does not check first"
+    assert main[1].get("ansible.builtin.import_tasks") == "deploy.yml", f"{role}: main does not deploy after the check"
+    assert main[2].get("ansible.builtin.include_role") == {
+        "name": "gpuops.nvidia.cluster_common", "tasks_from": "apply"}, f"{role}: main does not apply"
+    assert [t.get("ansible.builtin.import_tasks") for t in main[3:]] in ([], ["record.yml"]), f"{role}: main does more"
+
+
+def test_the_cluster_checks_are_the_validate_entry_points_without_the_input_check():
+    """dra's and node_feature_discovery's in_cluster entry points are what their validate checks of the cluster, without the
+    input check (which role_inputs made), and validation's nodes entry point is its main without the input check."""
+    nfd = yaml.safe_load((REPO / "roles/node_feature_discovery/tasks/validate.yml").read_text())
+    assert nfd[-1].get("ansible.builtin.import_tasks") == "in_cluster.yml"
+    dra = yaml.safe_load((REPO / "roles/dra/tasks/validate_dra.yml").read_text())
+    assert dra[-1].get("ansible.builtin.import_tasks") == "in_cluster_dra.yml"
+    (include,) = yaml.safe_load((REPO / "roles/dra/tasks/in_cluster.yml").read_text())
+    assert include["ansible.builtin.include_tasks"] == "in_cluster_dra.yml" and include["when"] == "gpuops_gpu_scheduling == 'dra'"
+    validation = yaml.safe_load((REPO / "roles/validation/tasks/main.yml").read_text())
+    assert [t.get("ansible.builtin.include_tasks") or t.get("ansible.builtin.import_tasks") for t in validation] == ["validate.yml", "nodes.yml"]
+    for role, entry in (("dra", "in_cluster"), ("node_feature_discovery", "in_cluster"), ("validation", "nodes")):
+        assert _specs(role)[entry]["options"] == _specs(role)["main"]["options"]

@@ -23,7 +23,7 @@ k8s_client: Any = LazyModule("kubernetes.client")
 k8s_config: Any = LazyModule("kubernetes.config")
 
 __all__ = ["AUTH_ARGS", "STRATEGIC_MERGE", "JsonApi", "api_client", "api_error", "api_status", "auth_settings",
-           "connect", "in_parallel", "resource_path", "selector_matches", "self_sufficient"]
+           "connect", "in_parallel", "resource_path", "selector_matches", "self_sufficient", "served_kinds"]
 
 # Lists of object metadata only (PartialObjectMetadataList), a page at a time.
 METADATA = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -201,13 +201,18 @@ class JsonApi:
 
     def call(self, method: str, path: str, *, query: list | None = None, body: Any = None,
              accept: str = "application/json", content_type: str = "application/json") -> Any:
+        data = self.raw(method, path, query=query, body=body, accept=accept, content_type=content_type)
+        return json.loads(data) if data else {}
+
+    def raw(self, method: str, path: str, *, query: list | None = None, body: Any = None,
+            accept: str = "application/json", content_type: str = "application/json") -> bytes:
+        """The answer's body as the server sent it (a pod's log is plain text); the API error for a status outside 2xx."""
         headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         client = self.client
         if isinstance(client, kube_http.HttpClient):
-            data = client.request(method, path, query, headers, body)
-            return json.loads(data) if data else {}
+            return client.request(method, path, query, headers, body)
         if hasattr(client, "param_serialize"):  # the client generated since kubernetes 34
             request = client.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
                                              auth_settings=["BearerToken"])
@@ -218,8 +223,7 @@ class JsonApi:
         else:
             response = client.call_api(path, method, query_params=query or [], header_params=headers, body=body,
                                        auth_settings=["BearerToken"], _return_http_data_only=True, _preload_content=False)
-        data = response.data
-        return json.loads(data) if data else {}
+        return bytes(response.data or b"")
 
     def get(self, path: str, query: list | None = None) -> dict | None:
         """The object (or list, or document) at path; None where the server answers 404."""
@@ -244,6 +248,15 @@ class JsonApi:
 
     def list_metadata(self, path: str) -> list[dict]:
         return [item.get("metadata") or {} for item in self.list_items(path, accept=METADATA)]
+
+
+def served_kinds(api: JsonApi, api_version: str) -> dict[str, dict[str, Any]] | None:
+    """The kinds the API server serves in an API version (its discovery document: each kind's resource, its plural
+    `name`, and whether it is `namespaced`), by kind; None where the server does not serve that version."""
+    data = api.get("/api/v1" if api_version == "v1" else f"/apis/{api_version}")
+    if data is None:
+        return None
+    return {str(r["kind"]): r for r in data.get("resources") or [] if "/" not in str(r.get("name"))}
 
 
 def resource_path(api_version: str, resource: str, namespace: str | None = None, name: str | None = None) -> str:

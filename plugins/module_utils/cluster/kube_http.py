@@ -4,9 +4,11 @@
 # stability promise and other collections must not import it.
 """The API server over plain HTTPS, for the connections that need nothing of the kubernetes client.
 
-Importing the kubernetes package (its config loader and client) took 1 to 4 s of every cluster module run on a
-2-core machine, more than the module's own work: three runs in a no-op cluster.yml. The collection's modules speak
-plain JSON to the API server (kube.JsonApi), so the common connections go without it: a kubeconfig (file, mapping,
+The fast backend of the collection's one client (kube.JsonApi), the kubernetes client being the fallback. Importing
+the kubernetes package (its config loader and client) took 0.36 to 0.54 s (medians) of a module process on the lab's 2-core
+machine, and only a connection made here lets the action plugins run a cluster module in the task's own process: 0.1 s
+a task instead of 0.7 to 1.2 s with the client (docs/bench.md, "One client path"). The collection's modules speak
+plain JSON to the API server, so the common connections go without it: a kubeconfig (file, mapping,
 $KUBECONFIG or ~/.kube/config) whose context has a server, a CA (file or data) or insecure-skip-tls-verify, and a
 client certificate and key (file or data) or a token (or tokenFile); or kubernetes.core's options with a host and a
 token or client certificate (AWX's bearer-token credential). Each option given overrides what the kubeconfig has, as

@@ -1,8 +1,8 @@
 # Copyright: gpuops.nvidia contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Node labels: which Nodes a set of wanted labels patches, and with what, and the labelling itself (one list of the
-Nodes' metadata, one strategic-merge patch per Node that differs). Modules `node_labels` and `cluster_apply` (which
-labels before it applies, in the same run) use it."""
+Nodes' metadata, one strategic-merge patch per Node that differs, its annotations in the same patch). Modules
+`node_labels` and `cluster_apply` (which labels before it applies, in the same run) use it."""
 
 from __future__ import annotations
 
@@ -73,12 +73,15 @@ def set_errors(sets: list[dict], option: str | None) -> list[str]:
     return errors
 
 
-def label(api: JsonApi, sets: list[dict], field_manager: str, missing: str, check_mode: bool, diff: bool) -> dict[str, Any]:
-    """Lists the Nodes once and patches each Node the sets change (not in check mode). The result: changed,
-    changed_nodes, missing_nodes, sets (each set's name and changed Nodes, in order) and, with diff, the labels
-    before and after. Raises LabelError for a Node not in the cluster (with missing fail) or a failed call. Sets that
-    name no Node (none at all, no MIG-capable node, no sharing config) need no list of the Nodes, and make no call."""
-    if not any(one["labels"] for one in sets):
+def label(api: JsonApi, sets: list[dict], field_manager: str, missing: str, check_mode: bool, diff: bool,
+          annotations: dict[str, dict] | None = None) -> dict[str, Any]:
+    """Lists the Nodes once and patches each Node the sets (or the annotations: Node -> annotation -> value, null
+    removes) change, not in check mode. The result: changed, changed_nodes, missing_nodes, sets (each set's name and
+    changed Nodes, in order) and, with diff, the labels before and after (and annotations_diff, the annotations').
+    Raises LabelError for a Node not in the cluster (with missing fail) or a failed call. Sets that name no Node (none
+    at all, no MIG-capable node, no sharing config) need no list of the Nodes, and make no call."""
+    annotations = annotations or {}
+    if not any(one["labels"] for one in sets) and not annotations:
         return {"changed": False, "changed_nodes": [], "missing_nodes": [],
                 "sets": [{"name": one.get("name"), "changed_nodes": []} for one in sets]}
     try:
@@ -86,15 +89,18 @@ def label(api: JsonApi, sets: list[dict], field_manager: str, missing: str, chec
     except Exception as exc:  # an API error, an unreachable server
         raise LabelError(f"listing the Nodes failed: {api_error(exc)}") from exc
     current = {str(meta.get("name")): dict(meta.get("labels") or {}) for meta in listed}
-    named = {n for one in sets for n in (one["labels"] or {})}
+    annotated = {str(meta.get("name")): dict(meta.get("annotations") or {}) for meta in listed}
+    named = {n for one in sets for n in (one["labels"] or {})} | set(annotations)
     missing_nodes = sorted(n for n in named if n not in current)
     if missing_nodes and missing == "fail":
         raise LabelError(f"{len(missing_nodes)} node(s) are not in the cluster: {', '.join(missing_nodes[:20])}"
                          f"{' ...' if len(missing_nodes) > 20 else ''}; each host's Node must carry its name "
                          "(gpuops_cluster_node_name sets another)", missing_nodes=missing_nodes)
     patches, changed = plan_sets(current, sets)
+    annotation_patches = plan(annotated, annotations, set())
+    nodes = sorted(set(patches) | set(annotation_patches))
     result: dict[str, Any] = {
-        "changed": bool(patches), "changed_nodes": sorted(patches), "missing_nodes": missing_nodes,
+        "changed": bool(nodes), "changed_nodes": nodes, "missing_nodes": missing_nodes,
         "sets": [{"name": one.get("name"), "changed_nodes": changed[index]} for index, one in enumerate(sets)],
     }
     if diff and patches:
@@ -102,10 +108,19 @@ def label(api: JsonApi, sets: list[dict], field_manager: str, missing: str, chec
             "before": {n: {k: current[n].get(k) for k in patch} for n, patch in sorted(patches.items())},
             "after": dict(sorted(patches.items())),
         }
+    if diff and annotation_patches:
+        result["annotations_diff"] = {
+            "before": {n: {k: annotated[n].get(k) for k in patch} for n, patch in sorted(annotation_patches.items())},
+            "after": dict(sorted(annotation_patches.items())),
+        }
+
+    def body(node: str) -> dict[str, Any]:
+        meta = {key: part[node] for key, part in (("labels", patches), ("annotations", annotation_patches)) if node in part}
+        return {"metadata": meta}
+
     if not check_mode:
         failed = in_parallel(lambda node: api.call("PATCH", f"/api/v1/nodes/{node}", query=[("fieldManager", field_manager)],
-                                                   body={"metadata": {"labels": patches[node]}},
-                                                   content_type=STRATEGIC_MERGE), sorted(patches))
+                                                   body=body(node), content_type=STRATEGIC_MERGE), nodes)
         if failed:
             node = sorted(failed)[0]
             raise LabelError(f"labelling {len(failed)} node(s) failed, {node} first: {api_error(failed[node])}", **result)

@@ -220,3 +220,68 @@ def test_sets_that_name_no_node_list_no_nodes(server):
     assert not out.get("failed"), out
     assert out["labelled"] == {"changed_nodes": [], "sets": [{"name": "mig", "changed_nodes": []}]}
     assert not [c for c in server.calls if c[1] == "/api/v1/nodes"]
+
+
+class DeletingServer(FakeServer):
+    """The fake above, which also deletes: the object goes (not with the dry run); one not there answers 404."""
+
+    def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
+        if method != "DELETE":
+            return super().call_api(path, method, query_params, header_params, body, **_kw)
+        query = dict(query_params)
+        with self.lock:
+            self.calls.append((method, path, query))
+        if path in self.refuse:
+            raise self.refuse[path]
+        if path not in self.objects:
+            raise ApiException(404, f"{path} not found")
+        gone = self.objects[path]
+        if query.get("dryRun") != "All":
+            del self.objects[path]
+        return Response({"kind": "Status", "status": "Success", "details": {"name": gone["metadata"]["name"]}})
+
+    def deleted(self):
+        return sorted((c[1], c[2].get("dryRun")) for c in self.calls if c[0] == "DELETE")
+
+
+@pytest.fixture
+def deleting(monkeypatch):
+    fake = DeletingServer()
+    monkeypatch.setattr(cluster_apply, "connect", lambda module: fake)
+    return fake
+
+
+def test_state_absent_deletes_what_is_there_and_leaves_the_rest(deleting):
+    call(cluster_apply.main, {"objects": [NS, SA, DS, SECRET]})
+    out = call(cluster_apply.main, {"objects": [DS, SECRET, RC, WIDGET], "state": "absent", "_ansible_diff": True})
+    assert not out.get("failed"), out
+    assert out["changed"] and out["results"] == [
+        {"object": "DaemonSet gpu-operator/plugin", "result": "deleted"}, {"object": "Secret gpu-operator/pull", "result": "deleted"},
+        # Not there; and a kind the server does not serve (its CRD gone): nothing to delete, no call.
+        {"object": "RuntimeClass nvidia", "result": "absent"}, {"object": "Widget gpu-operator/w", "result": "absent"}]
+    assert deleting.deleted() == [("/api/v1/namespaces/gpu-operator/secrets/pull", None),
+                                  ("/apis/apps/v1/namespaces/gpu-operator/daemonsets/plugin", None)]
+    assert set(deleting.objects) == {"/api/v1/namespaces/gpu-operator", "/api/v1/namespaces/gpu-operator/serviceaccounts/plugin"}
+    # The diff: each object deleted as it was, a Secret's values hidden, nothing after.
+    assert [(d["before_header"], d["after"]) for d in out["diff"]] == [("DaemonSet gpu-operator/plugin", {}), ("Secret gpu-operator/pull", {})]
+    assert out["diff"][1]["before"]["data"] == {".dockerconfigjson": apply.HIDDEN}
+    again = call(cluster_apply.main, {"objects": [DS, SECRET, RC, WIDGET], "state": "absent"})
+    assert not again["changed"] and {r["result"] for r in again["results"]} == {"absent"}
+
+
+def test_state_absent_in_check_mode_is_the_servers_dry_run(deleting):
+    call(cluster_apply.main, {"objects": [NS, SA]})
+    out = call(cluster_apply.main, {"objects": [SA, DS], "state": "absent", "_ansible_check_mode": True})
+    assert out["changed"] and [r["result"] for r in out["results"]] == ["deleted", "absent"]
+    assert deleting.deleted() == [("/api/v1/namespaces/gpu-operator/serviceaccounts/plugin", "All")]
+    assert "/api/v1/namespaces/gpu-operator/serviceaccounts/plugin" in deleting.objects
+
+
+def test_state_absent_names_a_refused_delete_and_takes_no_label_sets(deleting):
+    call(cluster_apply.main, {"objects": [NS, SA]})
+    deleting.refuse["/api/v1/namespaces/gpu-operator/serviceaccounts/plugin"] = ApiException(403, "serviceaccounts \"plugin\" is forbidden")
+    out = call(cluster_apply.main, {"objects": [SA], "state": "absent"})
+    assert out["failed"] and out["msg"] == 'deleting ServiceAccount gpu-operator/plugin failed: serviceaccounts "plugin" is forbidden'
+    assert (out["object"], out["status"]) == ("ServiceAccount gpu-operator/plugin", 403)
+    out = call(cluster_apply.main, {"objects": [SA], "state": "absent", "label_sets": [{"labels": {"n1": {"a": None}}}]})
+    assert out["failed"] and out["msg"] == "label_sets: not with state absent (a label set to null is removed)"

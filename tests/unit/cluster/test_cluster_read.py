@@ -73,3 +73,47 @@ def test_a_refused_read_fails_naming_it_and_the_servers_answer(server):
 def test_a_key_given_twice_is_refused_before_any_call(server):
     out = call(cluster_read.main, {"reads": [READS[1], {**READS[2], "key": "deployments"}]})
     assert out["failed"] and "deployments is given more than once" in out["msg"] and server.calls == []
+
+
+def test_api_groups_as_k8s_cluster_info_returns_them_with_the_servers_version(server):
+    server.paths.update({
+        "/version": {"major": "1", "minor": "36", "gitVersion": "v1.36.3"},
+        "/apis/resource.k8s.io": {"kind": "APIGroup", "name": "resource.k8s.io", "versions": [
+            {"groupVersion": "resource.k8s.io/v1", "version": "v1"}, {"groupVersion": "resource.k8s.io/v1beta2", "version": "v1beta2"}],
+            "preferredVersion": {"groupVersion": "resource.k8s.io/v1", "version": "v1"}},
+        "/apis/resource.k8s.io/v1": {"kind": "APIResourceList", "resources": [
+            {"name": "deviceclasses", "singularName": "deviceclass", "kind": "DeviceClass", "namespaced": False},
+            {"name": "resourceclaims", "singularName": "resourceclaim", "kind": "ResourceClaim", "namespaced": True},
+            {"name": "resourceclaims/status", "kind": "ResourceClaim", "namespaced": True}]},
+        "/apis/resource.k8s.io/v1beta2": {"kind": "APIResourceList", "resources": [
+            {"name": "deviceclasses", "kind": "DeviceClass", "namespaced": False}]},
+    })
+    out = call(cluster_read.main, {"api_groups": ["resource.k8s.io", "resource.nvidia.com"], "_ansible_check_mode": True})
+    assert not out["failed"] and not out["changed"] and out["resources"] == {}
+    assert out["version"] == {"server": {"kubernetes": {"major": "1", "minor": "36", "gitVersion": "v1.36.3"}}}
+    # resource.nvidia.com is not served (no ComputeDomain CRDs): left out.
+    assert sorted(out["apis"]) == ["resource.k8s.io/v1", "resource.k8s.io/v1beta2"]
+    assert out["apis"]["resource.k8s.io/v1"] == {
+        "DeviceClass": {"name": "deviceclasses", "namespaced": False, "preferred": True, "singular_name": "deviceclass",
+                        "short_names": [], "categories": []},
+        "ResourceClaim": {"name": "resourceclaims", "namespaced": True, "preferred": True, "singular_name": "resourceclaim",
+                          "short_names": [], "categories": []}}
+    assert out["apis"]["resource.k8s.io/v1beta2"]["DeviceClass"]["preferred"] is False
+    # What the DRA role's check reads of it.
+    from ansible_collections.gpuops.nvidia.plugins.filter import cluster as cluster_filter
+    assert cluster_filter.dra_api_errors(out) == []
+    assert cluster_filter.dra_api_errors(out, "true")[0].startswith("gpuops_dra_compute_domains: true, but the cluster does not serve")
+
+
+def test_api_groups_a_refused_discovery_fails_naming_it(server):
+    server.paths["/version"] = {"gitVersion": "v1.36.3"}
+    server.forbidden.add("/apis/resource.k8s.io")
+    out = call(cluster_read.main, {"api_groups": ["resource.k8s.io"]})
+    assert out["failed"] and out["msg"] == "reading /apis/resource.k8s.io failed: /apis/resource.k8s.io is forbidden"
+    assert out["status"] == 403
+
+
+def test_no_api_groups_no_discovery(server):
+    out = call(cluster_read.main, {"reads": READS[:1]})
+    assert "apis" not in out and "version" not in out and [c[1] for c in server.calls] == [
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/nodefeatures.nfd.k8s-sigs.io"]

@@ -147,3 +147,18 @@ def test_every_module_accepts_the_whole_option_set():
     for name, spec in kube.AUTH_ARGS.items():
         assert documented[name]["type"] == spec["type"], name
         assert documented[name].get("aliases", []) == spec.get("aliases", []), name
+
+
+def test_the_options_are_kubernetes_cores_so_module_defaults_and_awx_credentials_serve_both():
+    """The collection no longer depends on kubernetes.core, but speaks its connection options: the same names, types,
+    aliases and no_log (the tests' environment has the collection, tests/requirements.yml)."""
+    args_common = pytest.importorskip("ansible_collections.kubernetes.core.plugins.module_utils.args_common")
+    theirs = args_common.AUTH_ARG_SPEC
+    assert set(kube.AUTH_ARGS) == set(theirs)
+    for name, spec in theirs.items():
+        ours = kube.AUTH_ARGS[name]
+        assert ours["type"] == spec.get("type", "str"), name
+        assert ours.get("aliases", []) == spec.get("aliases", []), name
+        assert bool(ours.get("no_log")) == bool(spec.get("no_log")), name
+        assert ours.get("elements") == spec.get("elements"), name
+    assert kube.AUTH_ARGS["proxy_headers"]["options"] == args_common.AUTH_PROXY_HEADERS_SPEC

@@ -88,3 +88,60 @@ def test_check_mode_patches_nothing_and_a_refused_patch_fails_naming_the_node(se
     out = call(node_labels.main, {"labels": {"a": {"y": "2"}, "b": {"x": "1"}}})
     assert out["failed"] and out["msg"] == 'labelling 1 node(s) failed, b first: nodes "b" is forbidden'
     assert out["changed_nodes"] == ["a", "b"]
+
+
+class AnnotatedServer(FakeServer):
+    """The Nodes with their annotations too, and the patches applied to both."""
+
+    def __init__(self, nodes, annotations):
+        super().__init__(nodes)
+        self.annotations = annotations
+
+    def call_api(self, path, method, query_params=(), header_params=None, body=None, **_kw):
+        if method == "GET":
+            self.calls.append((method, path, dict(query_params), dict(header_params or {}), body))
+            return Response({"items": [{"metadata": {"name": n, "labels": labels, "annotations": self.annotations.get(n, {})}}
+                                       for n, labels in self.nodes.items()], "metadata": {}})
+        out = super().call_api(path, method, query_params, header_params, body, **_kw)
+        node = path.rsplit("/", 1)[1]
+        for part, store in (("labels", self.nodes[node]), ("annotations", self.annotations.setdefault(node, {}))):
+            for key, value in body["metadata"].get(part, {}).items():
+                store.pop(key, None) if value is None else store.__setitem__(key, value)
+        return out
+
+
+@pytest.fixture
+def annotated(monkeypatch):
+    fake = AnnotatedServer({"a": {"state": "upgrade-failed"}, "b": {}}, {"a": {"gpuops.nvidia/failure": "branch 580: x"}})
+    monkeypatch.setattr(node_labels, "connect", lambda module: fake)
+    return fake
+
+
+def test_annotations_go_in_the_labels_patch_and_null_removes_one(annotated):
+    args = {"labels": {"a": {"state": "upgrade-done"}}, "annotations": {"a": {"gpuops.nvidia/failure": None}}, "field_manager": "fm",
+            "_ansible_diff": True}
+    out = call(node_labels.main, args)
+    assert not out["failed"] and out["changed"] and out["changed_nodes"] == ["a"]
+    (patch,) = [c for c in annotated.calls if c[0] == "PATCH"]
+    assert patch[1:3] == ("/api/v1/nodes/a", {"fieldManager": "fm"})
+    assert patch[4] == {"metadata": {"labels": {"state": "upgrade-done"}, "annotations": {"gpuops.nvidia/failure": None}}}
+    # Two diffs, each headed: the labels', the annotations'.
+    assert out["diff"] == [
+        {"before_header": "Node labels", "after_header": "Node labels", "before": {"a": {"state": "upgrade-failed"}},
+         "after": {"a": {"state": "upgrade-done"}}},
+        {"before_header": "Node annotations", "after_header": "Node annotations", "before": {"a": {"gpuops.nvidia/failure": "branch 580: x"}},
+         "after": {"a": {"gpuops.nvidia/failure": None}}}]
+    assert annotated.annotations["a"] == {} and annotated.nodes["a"] == {"state": "upgrade-done"}
+    again = call(node_labels.main, args)
+    assert not again["changed"] and [c[0] for c in annotated.calls].count("PATCH") == 1
+
+
+def test_annotations_alone_in_check_mode_and_on_a_node_that_is_not_there(annotated):
+    out = call(node_labels.main, {"annotations": {"b": {"gpuops.nvidia/failure": "all-balanced: failed"}}, "_ansible_check_mode": True})
+    assert out["changed"] and out["changed_nodes"] == ["b"] and [c[0] for c in annotated.calls] == ["GET"]
+    out = call(node_labels.main, {"annotations": {"a": {"gpuops.nvidia/failure": "branch 580: x"}}})
+    assert not out["changed"] and "diff" not in out
+    out = call(node_labels.main, {"annotations": {"gone": {"x": "1"}}, "missing": "warn"})
+    assert not out["failed"] and not out["changed"] and out["missing_nodes"] == ["gone"]
+    out = call(node_labels.main, {"annotations": {"a": "not a mapping"}})
+    assert out["failed"] and out["msg"] == "annotations: the value for node(s) ['a'] must be a mapping of annotation to value"
