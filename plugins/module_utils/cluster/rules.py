@@ -21,8 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard, cast
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import (apply_mig_config, check_mig_configs, entry_applies, gpu_models,
-                                                                            mig_parted_config)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._common.mig import apply_mig_config, check_mig_configs, entry_applies, gpu_models, mig_parted_config
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.slim import SlimFacts, gpu_count, mig_capable, nvml_gpus
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.dcgm_fields import EXPORTER_FIELDS, FIELD_NAMES
 
