@@ -53,7 +53,7 @@ options:
   checks:
     description:
       - Also answer, in the same round trip, the checks of the host roles that follow in the play, each published by its
-        role in one shape (C(__gpuops_<role>_check), docs/node-read.md) - C(role), one of C(nouveau), C(rdma), C(driver),
+        role in one shape (C(__gpuops_<role>_read_check), docs/node-read.md) - C(role), one of C(nouveau), C(rdma), C(driver),
         C(fabric_manager), C(container_toolkit), and C(settings), that role's module options but the GPUs and the
         distribution, which are this read's (the distribution from os-release). RV(answers) has, per role asked, what
         that module would return with them, in check mode, and the role takes it instead of a module run of its own
@@ -81,6 +81,18 @@ options:
     type: list
     elements: dict
     version_added: 0.2.0
+    suboptions:
+      role:
+        description:
+          - The host role whose check this is.
+        type: str
+        required: true
+        choices: [nouveau, rdma, driver, fabric_manager, container_toolkit]
+      settings:
+        description:
+          - That role's module options, as the role would pass them (but the GPUs and the distribution).
+        type: dict
+        required: true
 requirements:
   - nvidia-ml-py (C(python3-pynvml)) on the node for the NVML part; without it the PCI view is still returned.
 extends_documentation_fragment:

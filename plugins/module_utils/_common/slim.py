@@ -118,4 +118,3 @@ def nvml_gpus(info: SlimFacts) -> list[SlimGpu]:
 
 def mig_capable(info: SlimFacts) -> bool:
     return bool(info["summary"]["mig_capable"])
-

@@ -72,4 +72,4 @@ def driver_changes(plan: Any, installed: Any, hold: bool) -> bool:
         return True
     if planned.get("method") == "containerized":
         return True
-    return bool(hold and ((installed or {}).get("not_held") or []))
+    return bool(hold and (installed or {}).get("not_held"))
