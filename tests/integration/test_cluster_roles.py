@@ -287,9 +287,13 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     plugin_volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in
                       get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]["volumes"]}
     assert plugin_volumes["device-plugin"] == "/var/lib/kubelet/device-plugins"
-    mig_env = {e["name"] for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]["spec"]
-               ["containers"][0]["env"]}
+    mig_env = {e["name"]: e.get("value") for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]
+               ["spec"]["containers"][0]["env"]}
     assert "CDI_ENABLED" not in mig_env  # no host reports CDI here
+    # Host drivers only: the host's GPU clients are stopped around a change, the driver and its devices at the host's /.
+    assert {k: mig_env[k] for k in ("WITH_SHUTDOWN_HOST_GPU_CLIENTS", "NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH", "NVIDIA_DEV_ROOT",
+                                    "DEV_ROOT_CTR_PATH")} == {"WITH_SHUTDOWN_HOST_GPU_CLIENTS": "true", "NVIDIA_DRIVER_ROOT": "/",
+                                                              "DRIVER_ROOT_CTR_PATH": "/host", "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "/host"}
 
     # GDS (with MOFED, as the operator pairs them) and GDRCopy, from the rdma role's facts.
     plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]

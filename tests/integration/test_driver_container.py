@@ -129,6 +129,12 @@ def test_a_daemonset_per_os_runs_where_labelled_and_the_components_wait_for_the_
     for name in ("gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager"):
         spec = get(kubeconfig, "daemonset", "-n", NS, name)["spec"]["template"]["spec"]
         assert spec["initContainers"][0]["name"] == "driver-wait", name
+    # The MIG manager takes the driver's roots and whether to stop host GPU clients from the script (per node), not
+    # from fixed values that would stop host clients on a node served by the driver container.
+    migr = get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]["spec"]["containers"][0]
+    assert migr["command"] == ["sh", "/gpuops/driver-root.sh", "nvidia-mig-manager"]
+    fixed = {e["name"] for e in migr["env"]}
+    assert not fixed & {"WITH_SHUTDOWN_HOST_GPU_CLIENTS", "NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH", "NVIDIA_DEV_ROOT", "DEV_ROOT_CTR_PATH"}
     scripts = get(kubeconfig, "configmap", "-n", NS, "gpuops-driver-root")["data"]
     assert "/run/nvidia/validations/.driver-ctr-ready" in scripts["driver-root.sh"]
 

@@ -193,3 +193,24 @@ def test_driver_root_waits_for_a_driver_and_runs_with_its_root(tmp_path):
     # Without a command (the init container), it only waits.
     res = _driver_root(host)
     assert res.returncode == 0 and "NVIDIA_DRIVER_ROOT=/run/nvidia/driver" in res.stdout
+
+
+def test_driver_root_tells_the_mig_manager_where_devices_are_and_whether_host_clients_stop(tmp_path):
+    # The operator's driver validation (IS_HOST_DRIVER, NVIDIA_DEV_ROOT, DEV_ROOT_CTR_PATH) and its MIG manager
+    # entrypoint (WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER): host clients are stopped only where the driver is
+    # the host's; device nodes are under the driver root where the driver container made them there, else the host's.
+    host = tmp_path / "host"
+    show = ("sh", "-c", 'echo "$WITH_SHUTDOWN_HOST_GPU_CLIENTS|$NVIDIA_DEV_ROOT|$DEV_ROOT_CTR_PATH"')
+    smi = host / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"true|/|{host}"
+    marker = host / "run/nvidia/validations/.driver-ctr-ready"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("GDS_ENABLED: false\n")
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/|{host}"
+    ctl = host / "run/nvidia/driver/dev/nvidiactl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text("")
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/run/nvidia/driver|{host}/run/nvidia/driver"
