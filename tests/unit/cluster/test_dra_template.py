@@ -1,0 +1,46 @@
+"""The dra role's objects template, rendered over the role's defaults as a run renders it: what the driver's chart
+puts in the kubelet plugin's pod for a feature gate is there too (read against the chart's kubeletplugin.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import trust_as_template
+
+from tests.unit.harness import role_templar
+
+ROOT = Path(__file__).parents[3]
+COMMON = DataLoader().load_from_file(str(ROOT / "roles/cluster_common/defaults/main.yml"), trusted_as_template=True)
+
+
+def render(**overrides) -> list[dict]:
+    templar = role_templar(ROOT / "roles/dra", **COMMON, __gpuops_cluster_common_nodes={}, **overrides)
+    text = trust_as_template((ROOT / "roles/dra/templates/objects.yml.j2").read_text())
+    return yaml.safe_load(templar.template(text))
+
+
+def plugin_pod(objects: list[dict]) -> dict:
+    [plugin] = [o for o in objects if o["kind"] == "DaemonSet"]
+    return plugin["spec"]["template"]["spec"]
+
+
+def test_passthrough_gives_the_gpu_plugin_the_hosts_root_sysfs_and_procfs():
+    pod = plugin_pod(render(gpuops_dra_feature_gates={"PassthroughSupport": True}))
+    gpus = {c["name"]: c for c in pod["containers"]}["gpus"]
+    mounts = {m["name"]: m for m in gpus["volumeMounts"]}
+    assert mounts["host-root"] == {"name": "host-root", "mountPath": "/host-root", "mountPropagation": "HostToContainer", "readOnly": True}
+    assert mounts["sysfs"] == {"name": "sysfs", "mountPath": "/sys/", "mountPropagation": "Bidirectional"}
+    assert mounts["procfs"] == {"name": "procfs", "mountPath": "/proc/", "mountPropagation": "Bidirectional"}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert {n: volumes[n]["hostPath"] for n in ("host-root", "sysfs", "procfs")} == {
+        "host-root": {"path": "/", "type": "Directory"}, "sysfs": {"path": "/sys/", "type": "Directory"},
+        "procfs": {"path": "/proc/", "type": "Directory"}}
+
+
+def test_without_passthrough_the_plugin_mounts_none_of_them():
+    for gates in ({}, {"PassthroughSupport": False}):
+        pod = plugin_pod(render(gpuops_dra_feature_gates=gates))
+        names = {m["name"] for c in pod["containers"] for m in c["volumeMounts"]} | {v["name"] for v in pod["volumes"]}
+        assert not names & {"host-root", "sysfs", "procfs"}, gates
