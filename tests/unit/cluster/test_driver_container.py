@@ -17,9 +17,9 @@ REPO = "nvcr.io/nvidia/driver"
 
 def row(os_id: str | None = "ubuntu", version: str | None = "24.04", kernel: str | None = "6.8.0-45-generic", *,
         method: str = "containerized", packages: tuple = (), gpus: int = 8, peermem: bool = False, host_ofed: bool = False,
-        gds: bool = False, gdrcopy: bool = False) -> dict:
+        gds: bool = False, gdrcopy: bool = False, runtime: str = "") -> dict:
     """A cluster_nodes row, as the filter builds it from a host's facts and settings."""
-    return {"info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
+    return {"gpuops_container_toolkit_runtime_found": runtime, "info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
                      "node": {"os": {"id": os_id, "version_id": version}, "kernel": kernel}},
             "driver": {"method": method, "packages": list(packages)},
             "rdma": {"peermem": peermem, "host_ofed": host_ofed}, "gpudirect": {"gds": gds, "gdrcopy": gdrcopy}}
@@ -57,6 +57,25 @@ def test_pools_group_by_os_and_take_the_image_of_each():
                                          "feature.node.kubernetes.io/system-os_release.VERSION_ID": "24.04"}
     # A host driver's node is not set for the container: not even left out, it is simply not the container's.
     assert left_out == []
+
+
+def test_rhel_and_sles_pools_that_build_modules_mount_the_hosts_subscriptions():
+    # As the operator: RHEL's entitlement, redhat.repo and rhsm (not where CRI-O mounts them itself), SLES' zypp
+    # credentials and SUSEConnect, read-only; none where the modules come precompiled or the OS has no subscriptions.
+    nodes = {"r1": row("rhel", "9.4"), "r2": row("rhel", "9.4", runtime="crio"), "c": row("rhel", "8.10", runtime="crio"),
+             "s": row("sles", "15.6"), "u": row()}
+    pools = {p["os_tag"]: p for p in dc.pools(nodes, REPO, "595.91.07", False)[0]}
+    assert pools["rhel9"]["subscriptions"] == [
+        {"mountPath": "/run/secrets/etc-pki-entitlement", "hostPath": {"path": "/etc/pki/entitlement", "type": "Directory"}},
+        {"mountPath": "/run/secrets/redhat.repo", "hostPath": {"path": "/etc/yum.repos.d/redhat.repo", "type": "File"}},
+        {"mountPath": "/run/secrets/rhsm", "hostPath": {"path": "/etc/rhsm", "type": "Directory"}}]
+    assert pools["rhel8"]["subscriptions"] == []  # CRI-O on every node of the pool
+    assert pools["sles15.6"]["subscriptions"] == [
+        {"mountPath": "/etc/SUSEConnect", "hostPath": {"path": "/etc/SUSEConnect", "type": "FileOrCreate"}},
+        {"mountPath": "/etc/zypp/credentials.d", "hostPath": {"path": "/etc/zypp/credentials.d", "type": "Directory"}}]
+    assert pools["ubuntu24.04"]["subscriptions"] == []
+    precompiled = dc.pools({"r": row("rhel", "9.4")}, REPO, "595", True)[0]
+    assert precompiled[0]["subscriptions"] == []
 
 
 def test_precompiled_pools_are_per_kernel_and_selected_by_it():

@@ -1,5 +1,7 @@
-"""The dra role's objects template, rendered over the role's defaults as a run renders it: what the driver's chart
-puts in the kubelet plugin's pod for a feature gate is there too (read against the chart's kubeletplugin.yaml)."""
+"""Cluster roles' objects templates, rendered over the roles' defaults as a run renders them: what the DRA driver's chart
+puts in the kubelet plugin's pod for a feature gate (read against the chart's kubeletplugin.yaml), and what the GPU
+Operator mounts in a RHEL driver container (its SubscriptionPathMap), are there too. The lab cluster tests apply the
+same templates to a real API server."""
 
 from __future__ import annotations
 
@@ -44,3 +46,22 @@ def test_without_passthrough_the_plugin_mounts_none_of_them():
         pod = plugin_pod(render(gpuops_dra_feature_gates=gates))
         names = {m["name"] for c in pod["containers"] for m in c["volumeMounts"]} | {v["name"] for v in pod["volumes"]}
         assert not names & {"host-root", "sysfs", "procfs"}, gates
+
+
+def test_the_driver_containers_of_a_rhel_pool_mount_the_subscriptions_read_only():
+    rhel = {"info": {"summary": {"gpu_count": 8, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
+                     "node": {"os": {"id": "rhel", "version_id": "9.4"}, "kernel": "5.14.0-427.el9.x86_64"}},
+            "driver": {"method": "containerized", "packages": []}, "rdma": {"peermem": False, "host_ofed": False},
+            "gpudirect": {"gds": False, "gdrcopy": False}, "gpuops_container_toolkit_runtime_found": "containerd"}
+    # The service account and scripts part (driver_container false) reads files with a lookup, which needs a play.
+    templar = role_templar(ROOT / "roles/driver_container", **COMMON, __gpuops_cluster_common_nodes={"r": rhel},
+                           __gpuops_cluster_common_driver_container=False)
+    text = trust_as_template((ROOT / "roles/driver_container/templates/objects.yml.j2").read_text())
+    [daemonset] = [o for o in yaml.safe_load(templar.template(text)) if o["kind"] == "DaemonSet"]
+    pod = daemonset["spec"]["template"]["spec"]
+    mounts = {m["name"]: m for m in {c["name"]: c for c in pod["containers"]}["nvidia-driver-ctr"]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert [(mounts[f"subscription-config-{i}"]["mountPath"], mounts[f"subscription-config-{i}"]["readOnly"],
+             volumes[f"subscription-config-{i}"]["hostPath"]["path"]) for i in range(3)] == [
+        ("/run/secrets/etc-pki-entitlement", True, "/etc/pki/entitlement"),
+        ("/run/secrets/redhat.repo", True, "/etc/yum.repos.d/redhat.repo"), ("/run/secrets/rhsm", True, "/etc/rhsm")]
