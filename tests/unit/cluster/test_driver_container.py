@@ -19,7 +19,8 @@ def row(os_id: str | None = "ubuntu", version: str | None = "24.04", kernel: str
         method: str = "containerized", packages: tuple = (), gpus: int = 8, peermem: bool = False, host_ofed: bool = False,
         gds: bool = False, gdrcopy: bool = False, runtime: str = "") -> dict:
     """A cluster_nodes row, as the filter builds it from a host's facts and settings."""
-    return {"gpuops_container_toolkit_runtime_found": runtime, "info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
+    return {"gpuops_container_toolkit_runtime_found": runtime,
+            "info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
                      "node": {"os": {"id": os_id, "version_id": version}, "kernel": kernel}},
             "driver": {"method": method, "packages": list(packages)},
             "rdma": {"peermem": peermem, "host_ofed": host_ofed}, "gpudirect": {"gds": gds, "gdrcopy": gdrcopy}}
