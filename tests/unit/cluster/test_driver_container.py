@@ -28,7 +28,7 @@ def row(os_id: str | None = "ubuntu", version: str | None = "24.04", kernel: str
 
 @pytest.mark.parametrize(("os_id", "version", "tag"), [
     ("ubuntu", "24.04", "ubuntu24.04"), ("ubuntu", "22.04", "ubuntu22.04"), ("debian", "12", "debian12"),
-    ("rhel", "9.4", "rhel9"), ("rocky", "8.10", "rocky8"), ("ol", "9.2", "ol9"), ("sles", "15.6", "sles15.6"),
+    ("rhel", "9.4", "rhel9"), ("rhel", "10.0", "rhel10"), ("rocky", "8.10", "rocky8"), ("ol", "9.2", "ol9"), ("sles", "15.6", "sles15.6"),
 ])
 def test_the_os_tag_is_the_operators(os_id, version, tag):
     assert dc.os_tag(os_id, version) == tag
