@@ -36,7 +36,7 @@ REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report -
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
-.PHONY: help venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
+.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
@@ -223,6 +223,9 @@ test-fast-steps: venv lab-deps collection checks molecule
 
 bench: venv lab-deps collection ## the measured figures (no-op runs, first install, upgrade, 1000 nodes) into docs/bench.md
 	$(PY) -m lab.bench $(BENCH_ARGS)
+
+versions: venv ## write versions.yml's pins into the roles' defaults and argument specs, and render docs/versions.md
+	$(PY) -m lab.versions
 
 clean: ## remove build output (not the image cache)
 	rm -rf .build tests/output

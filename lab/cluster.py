@@ -336,6 +336,38 @@ class Cluster:
         self.kubectl("wait", "--for", "condition=Established", "--timeout", "60s",
                      "crd/nodefeatures.nfd.k8s-sigs.io", "crd/nodefeaturerules.nfd.k8s-sigs.io", "crd/nodefeaturegroups.nfd.k8s-sigs.io")
 
+    def deployer_kubeconfig(self, namespace: str = "gpu-operator", dra: bool = False) -> Path:
+        """A kubeconfig for a ServiceAccount holding only the collection's deployer RBAC
+        (roles/cluster_common/files/deployer-rbac.yml, bound as docs/cluster.md says; its DRA role where `dra`), so
+        that the lab's cluster runs are judged by the API server's RBAC as a user's least-privilege account's are."""
+        repo = Path(__file__).resolve().parents[1]
+        sa_ns, sa = "gpuops-deploy", "deployer"
+        subject = {"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}
+
+        def binding(kind: str, name: str, role: str, ns: str | None = None) -> dict:
+            meta = {"name": name, **({"namespace": ns} if ns else {})}
+            return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "subjects": [subject],
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}}
+
+        items = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in (sa_ns, namespace)]
+        items += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": sa_ns}},
+                  binding("ClusterRoleBinding", "gpuops-nvidia-deployer", "gpuops-nvidia-deployer"),
+                  binding("RoleBinding", "gpuops-nvidia-deployer", "gpuops-nvidia-deployer-namespace", namespace)]
+        if dra:
+            items.append(binding("ClusterRoleBinding", "gpuops-nvidia-deployer-dra", "gpuops-nvidia-deployer-dra"))
+        self.kubectl("apply", "-f", str(repo / "roles/cluster_common/files/deployer-rbac.yml"))
+        self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        token = self.kubectl("create", "token", sa, "-n", sa_ns, "--duration", "2h").strip()
+        admin = json.loads(self.kubectl("config", "view", "--raw", "-o", "json"))
+        cluster = admin["clusters"][0]
+        config = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "current-context": "deployer",
+                  "contexts": [{"name": "deployer", "context": {"cluster": cluster["name"], "user": "deployer"}}],
+                  "users": [{"name": "deployer", "user": {"token": token}}]}
+        path = self.dir / "deployer.kubeconfig"
+        path.write_text(json.dumps(config, indent=2) + "\n")
+        path.chmod(0o600)
+        return path
+
     def _start_nfd_master(self, binary: Path, node: str) -> int:
         import socket
         # Its healthz/metrics port, free on this machine (several lab clusters may run side by side).

@@ -129,7 +129,9 @@ results:
       type: str
     result:
       description:
-        - C(created), C(changed), C(unchanged), or C(not dry-run) (check mode, its namespace or CRD not there yet).
+        - C(created), C(changed), C(unchanged), or C(not dry-run) (check mode, its namespace or CRD not there yet, or
+          for a binding, the role it binds, which the API server must read to check that an account that is not a
+          superuser may bind it).
         - With O(state=absent), C(deleted) (in check mode, would be) or C(absent) (not there).
       type: str
 not_dry_run:
@@ -166,7 +168,16 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.apply import changed, check_objects, describe, phases, shown
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.apply import (
+    BINDING_KINDS,
+    ROLE_KINDS,
+    changed,
+    check_objects,
+    describe,
+    phases,
+    role_key,
+    shown,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube import (
     AUTH_ARGS,
     JsonApi,
@@ -201,6 +212,8 @@ class Applier:
         self.results: list[dict[str, str] | None] = [None] * len(objects)
         self.diffs: dict[int, dict[str, Any]] = {}
         self.missing_namespaces: set[str] = set()
+        # Roles check mode created only in the server's dry run: a binding to one cannot be dry-run by a non-superuser.
+        self.dry_run_roles: set[tuple[str, str, str]] = set()
         # The kinds this list's own CRDs define: apiVersion -> kinds.
         self.defined: dict[str, set[str]] = {}
         for obj in objects:
@@ -251,8 +264,14 @@ class Applier:
             before = self.api.get(path)
             after = self.api.call("PATCH", path, query=self.query, body=json.dumps(obj), content_type=APPLY)
         except Exception as exc:
+            if self.check_mode and api_status(exc) == 404 and obj.get("kind") in BINDING_KINDS and role_key(obj) in self.dry_run_roles:
+                # Its role is only dry-run created: the server cannot read it to check the caller may bind it.
+                self.results[index] = {"object": describe(obj), "result": "not dry-run"}
+                return
             raise Failed(f"applying {describe(obj)} failed: {api_error(exc)}", describe(obj), api_status(exc)) from exc
         result = "created" if before is None else "changed" if changed(before, after) else "unchanged"
+        if self.check_mode and result == "created" and obj.get("kind") in ROLE_KINDS:
+            self.dry_run_roles.add(role_key(obj))
         self.results[index] = {"object": describe(obj), "result": result}
         if result != "unchanged":
             self.diffs[index] = {"before_header": describe(obj), "after_header": describe(obj), "before": shown(before), "after": shown(after)}
@@ -298,17 +317,23 @@ class Applier:
                         self.missing_namespaces.add(namespace)
                 except Exception as exc:
                     raise Failed(f"reading namespace {namespace} failed: {api_error(exc)}", None, api_status(exc)) from exc
-        first, rest = phases(self.objects)
+        first, roles, rest = phases(self.objects)
         for index in first:
             self.apply(index, self.resource(index))
-        found = {index: self.resource(index) for index in rest}
-        errors = in_parallel(lambda index: self.apply(index, found[index]), rest)
-        if errors:
-            index = min(errors)
-            error = errors[index]
-            if isinstance(error, Failed):
-                raise error
-            raise Failed(f"applying {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]), api_status(error))
+        for group in (roles, rest):
+            found = {index: self.resource(index) for index in group}
+
+            def apply_one(index: int, found: dict[int, dict[str, Any] | None] = found) -> None:
+                self.apply(index, found[index])
+
+            errors = in_parallel(apply_one, group)
+            if errors:
+                index = min(errors)
+                error = errors[index]
+                if isinstance(error, Failed):
+                    raise error
+                raise Failed(f"applying {describe(self.objects[index])} failed: {api_error(error)}", describe(self.objects[index]),
+                             api_status(error))
 
 
 ARGUMENT_SPEC: dict[str, Any] = {

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from lab.facts import A100_PROFILE_MIG_CONFIG, cluster_inventory
+from lab.interrupt import kill_group
 from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab, wait_for
 
 NODES = (("r-h100", "hgx-h100"), ("r-a100", "a100-pcie-mig"), ("r-l40s", "l40s"), ("r-cpu", "no-gpu"))
@@ -287,9 +288,13 @@ def test_converge_deploys_where_it_belongs_and_validates(lab_cluster):
     plugin_volumes = {v["name"]: v.get("hostPath", {}).get("path") for v in
                       get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]["volumes"]}
     assert plugin_volumes["device-plugin"] == "/var/lib/kubelet/device-plugins"
-    mig_env = {e["name"] for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]["spec"]
-               ["containers"][0]["env"]}
+    mig_env = {e["name"]: e.get("value") for e in get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]
+               ["spec"]["containers"][0]["env"]}
     assert "CDI_ENABLED" not in mig_env  # no host reports CDI here
+    # Host drivers only: the host's GPU clients are stopped around a change, the driver and its devices at the host's /.
+    assert {k: mig_env[k] for k in ("WITH_SHUTDOWN_HOST_GPU_CLIENTS", "NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH", "NVIDIA_DEV_ROOT",
+                                    "DEV_ROOT_CTR_PATH")} == {"WITH_SHUTDOWN_HOST_GPU_CLIENTS": "true", "NVIDIA_DRIVER_ROOT": "/",
+                                                              "DRIVER_ROOT_CTR_PATH": "/host", "NVIDIA_DEV_ROOT": "/", "DEV_ROOT_CTR_PATH": "/host"}
 
     # GDS (with MOFED, as the operator pairs them) and GDRCopy, from the rdma role's facts.
     plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-device-plugin-daemonset")["spec"]["template"]["spec"]
@@ -402,10 +407,10 @@ def test_gfds_labels_follow_the_nodes_sharing_config(lab_cluster):
 
 
 def test_a_run_killed_in_the_middle_of_its_apply_is_finished_by_the_next(lab_cluster):
-    """A run that changes GFD's DaemonSet, killed (SIGKILL, its whole process group) as cluster.yml's one apply
-    starts: the node labels are in, the apply got as far as it got (the module's own process on the controller may
-    outlive the playbook). The next run, with the inventory's settings, converges and validates; the one after it
-    changes nothing."""
+    """A run that changes GFD's DaemonSet, killed (SIGKILL, its whole process group and the workers that left it, as
+    a cancelled AWX job's container goes) as cluster.yml's one apply starts: the node labels are in, the apply got as
+    far as it got. The next run, with the inventory's settings, converges and validates; the one after it changes
+    nothing. (Killing the group alone left Ansible's worker, which calls setsid(), asleep on a pipe after the test.)"""
     kubeconfig, inventory = lab_cluster
     cmd, env = playbook_command(inventory, "-e", "gpuops_gpu_feature_discovery_sleep_interval=45s")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -417,12 +422,12 @@ def test_a_run_killed_in_the_middle_of_its_apply_is_finished_by_the_next(lab_clu
         for line in proc.stdout:
             seen.append(line)
             if "TASK [gpuops.nvidia.cluster_common : Apply them]" in line:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_group(proc.pid)
                 killed = True
                 break
     finally:
         if proc.poll() is None and not killed:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)
         proc.wait(timeout=60)
     assert killed and proc.returncode == -signal.SIGKILL, "".join(seen)[-3000:]
     res = playbook(inventory)

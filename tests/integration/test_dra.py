@@ -20,6 +20,7 @@ import time
 import pytest
 import yaml
 
+from lab.cluster import Cluster
 from lab.facts import A100_PROFILE_MIG_CONFIG, cluster_inventory
 from tests.integration.test_cluster_roles import NS, get, nfd_crds, nvidia_labels, playbook, recap
 from tests.integration.test_lab_cluster import kubectl, lab, wait_for
@@ -51,9 +52,11 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("dra")
     lab(state, "cluster", "up", "--no-machines", *[f"--node={name}={profile}" for name, profile in NODES])
     kubeconfig = state / "cluster/kubeconfig"
+    # The playbooks run as a ServiceAccount with the deployer RBAC only; the tests read the API as the admin.
+    deployer = Cluster(state).deployer_kubeconfig(dra=True)
     inventory = state / "inventory.json"
     inventory.write_text(json.dumps(cluster_inventory(
-        list(NODES), {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_mig_manager_configs": A100_PROFILE_MIG_CONFIG,
+        list(NODES), {"gpuops_cluster_kubeconfig": str(deployer), "gpuops_mig_manager_configs": A100_PROFILE_MIG_CONFIG,
                       "gpuops_validation_timeout": 120, **nfd_crds(state)},
         {"x-a100": {"gpuops_mig_manager_config": "lab-a100-gpu0-balanced"}})))
     yield kubeconfig, inventory, state

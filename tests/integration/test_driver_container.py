@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from lab.cluster import Cluster
 from lab.facts import cluster_inventory
 from tests.integration.test_cluster_roles import NS, get, nfd_crds, nvidia_labels, playbook, recap
 from tests.integration.test_lab_cluster import kubectl, lab, wait_for
@@ -46,6 +47,8 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("driver-container")
     lab(state, "cluster", "up", "--no-machines", *[f"--node={n}={p}:{d}:{k}" for n, p, d, k in NODES])
     kubeconfig = state / "cluster/kubeconfig"
+    # The playbooks run as a ServiceAccount with the deployer RBAC only; the tests read the API as the admin.
+    deployer = Cluster(state).deployer_kubeconfig(dra=False)
     inventory = state / "inventory.json"
     hosts = {n: {"gpuops_driver_method": "containerized"} for n in CONTAINERIZED}
     # The driver role ran on this one and installed the host's driver.
@@ -54,7 +57,7 @@ def cluster(tmp_path_factory):
     hosts["d-noble-a"]["gpuops_rdma"] = {"path": "peermem", "stack": "doca", "peermem": True, "gds": False, "gdrcopy": False}
     hosts["d-noble-b"]["gpuops_rdma"] = {"path": "dmabuf", "peermem": False, "gds": False, "gdrcopy": True}
     inventory.write_text(json.dumps(cluster_inventory(
-        list(NODES), {"gpuops_cluster_kubeconfig": str(kubeconfig), "gpuops_cluster_validate": False,
+        list(NODES), {"gpuops_cluster_kubeconfig": str(deployer), "gpuops_cluster_validate": False,
                       "gpuops_driver_container_fabric_manager_config": {"FABRIC_MODE": 0}, **nfd_crds(state)}, hosts)))
     yield kubeconfig, inventory
     lab(state, "cluster", "down")
@@ -64,7 +67,10 @@ def test_check_mode_creates_nothing(cluster):
     kubeconfig, inventory = cluster
     res = playbook(inventory, "--check", "--diff")
     assert res.returncode == 0, res.stdout[-3000:]
-    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
+    # The namespace is there (made for the deployer's RoleBinding, as docs/cluster.md says), untouched.
+    labels = get(kubeconfig, "namespace", NS)["metadata"].get("labels") or {}
+    assert not [k for k in labels if k.startswith("pod-security.kubernetes.io/")], labels
+    assert get(kubeconfig, "daemonsets", "-n", NS)["items"] == []
     assert all(labels == {} for labels in nvidia_labels(kubeconfig).values())
 
 
@@ -83,7 +89,7 @@ def test_bad_input_fails_before_anything_is_applied(cluster, extra, message):
     res = playbook(inventory, extra=extra)
     assert res.returncode != 0
     assert message in " ".join(res.stdout.split()), res.stdout[-3000:]
-    assert kubectl(kubeconfig, "get", "namespace", NS, check=False).returncode != 0
+    assert get(kubeconfig, "daemonsets", "-n", NS)["items"] == []
 
 
 def test_a_daemonset_per_os_runs_where_labelled_and_the_components_wait_for_the_driver(cluster):
@@ -129,6 +135,12 @@ def test_a_daemonset_per_os_runs_where_labelled_and_the_components_wait_for_the_
     for name in ("gpu-feature-discovery", "nvidia-dcgm-exporter", "nvidia-mig-manager"):
         spec = get(kubeconfig, "daemonset", "-n", NS, name)["spec"]["template"]["spec"]
         assert spec["initContainers"][0]["name"] == "driver-wait", name
+    # The MIG manager takes the driver's roots and whether to stop host GPU clients from the script (per node), not
+    # from fixed values that would stop host clients on a node served by the driver container.
+    migr = get(kubeconfig, "daemonset", "-n", NS, "nvidia-mig-manager")["spec"]["template"]["spec"]["containers"][0]
+    assert migr["command"] == ["sh", "/gpuops/driver-root.sh", "nvidia-mig-manager"]
+    fixed = {e["name"] for e in migr["env"]}
+    assert not fixed & {"WITH_SHUTDOWN_HOST_GPU_CLIENTS", "NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH", "NVIDIA_DEV_ROOT", "DEV_ROOT_CTR_PATH"}
     scripts = get(kubeconfig, "configmap", "-n", NS, "gpuops-driver-root")["data"]
     assert "/run/nvidia/validations/.driver-ctr-ready" in scripts["driver-root.sh"]
 

@@ -11,9 +11,13 @@ import copy
 from typing import Any
 
 # Objects others depend on being served: a Namespace before what lives in it, a CRD before its custom objects. They go
-# first, in the order given; everything else after them, in parallel (the API server takes a DaemonSet before its
-# ServiceAccount, a RoleBinding before its Role: the controllers wait for them).
+# first, in the order given; then the RBAC roles, in parallel, before their bindings: the API server takes a binding
+# from an account that is not a superuser (the deployer RBAC's) only once it can read the role it binds, to check the
+# account holds the role's rights; everything else after them, in parallel (the API server takes a DaemonSet before
+# its ServiceAccount: the controllers wait for it).
 FIRST_KINDS = ("Namespace", "CustomResourceDefinition")
+ROLE_KINDS = ("ClusterRole", "Role")
+BINDING_KINDS = ("ClusterRoleBinding", "RoleBinding")
 
 # Written by the server on every write, or by controllers: never what an apply changes.
 VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation", "creationTimestamp", "uid", "selfLink")
@@ -42,10 +46,22 @@ def check_objects(objects: list[Any]) -> list[str]:
     return errors
 
 
-def phases(objects: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-    """The positions of the objects to apply one after the other first (Namespaces, CRDs), and of the rest."""
+def phases(objects: list[dict[str, Any]]) -> tuple[list[int], list[int], list[int]]:
+    """The positions of the objects to apply one after the other first (Namespaces, CRDs), of the roles (then, in
+    parallel), and of the rest (last, in parallel)."""
     first = [i for i, obj in enumerate(objects) if obj.get("kind") in FIRST_KINDS]
-    return first, [i for i in range(len(objects)) if i not in set(first)]
+    roles = [i for i, obj in enumerate(objects) if obj.get("kind") in ROLE_KINDS]
+    return first, roles, [i for i in range(len(objects)) if i not in set(first) | set(roles)]
+
+
+def role_key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    """A role's (kind, namespace, name); for a binding, those of the role it binds."""
+    meta = obj.get("metadata") or {}
+    if obj.get("kind") in BINDING_KINDS:
+        ref = obj.get("roleRef") or {}
+        kind = str(ref.get("kind"))
+        return kind, str(meta.get("namespace") or "") if kind == "Role" else "", str(ref.get("name"))
+    return str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name"))
 
 
 def normalized(obj: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -52,6 +52,29 @@ class Pool(TypedDict):
     gds: bool
     gdrcopy: bool
     gpudirect_nodes: dict[str, list[str]]  # GDS, GDRCopy -> the nodes of the pool that have it
+    subscriptions: list[dict[str, Any]]  # the host's subscription files mounted (mountPath, hostPath)
+
+
+# The host's subscription files a driver container that builds its modules needs for the distribution's packages, as
+# the GPU Operator mounts them (read-only): mount path -> (host path, hostPath type). RHEL's are left out where CRI-O
+# runs, which mounts them itself.
+SUBSCRIPTIONS: dict[str, dict[str, tuple[str, str]]] = {
+    "rhel": {"/run/secrets/etc-pki-entitlement": ("/etc/pki/entitlement", "Directory"),
+             "/run/secrets/redhat.repo": ("/etc/yum.repos.d/redhat.repo", "File"),
+             "/run/secrets/rhsm": ("/etc/rhsm", "Directory")},
+    "sles": {"/etc/zypp/credentials.d": ("/etc/zypp/credentials.d", "Directory"),
+             "/etc/SUSEConnect": ("/etc/SUSEConnect", "FileOrCreate")},
+}
+SUBSCRIPTIONS["sl-micro"] = SUBSCRIPTIONS["sles"]
+
+
+def subscriptions(os_id: str, precompiled: bool, runtimes: list[str]) -> list[dict[str, Any]]:
+    """The subscription mounts of a pool (sorted by mount path): none with precompiled modules, nor for RHEL where
+    every node of the pool runs CRI-O."""
+    if precompiled or (os_id == "rhel" and runtimes and all(r == "crio" for r in runtimes)):
+        return []
+    return [{"mountPath": path, "hostPath": {"path": host, "type": kind}}
+            for path, (host, kind) in sorted(SUBSCRIPTIONS.get(os_id, {}).items())]
 
 
 def os_tag(os_id: str, version_id: str) -> str:
@@ -165,7 +188,7 @@ def pools(nodes: Mapping[str, Mapping[str, Any]], repository: str, version: str,
             grouped[key] = {"name": daemonset_name(tag, kernel), "os_tag": tag, "os_id": str(os_id), "version_id": str(version_id),
                             "kernel": kernel, "image": image(repository, version, tag, kernel), "node_selector": selector,
                             "nodes": [], "rdma": False, "host_mofed": False, "gds": False, "gdrcopy": False,
-                            "gpudirect_nodes": {"GDS": [], "GDRCopy": []}}
+                            "gpudirect_nodes": {"GDS": [], "GDRCopy": []}, "subscriptions": []}
         pool = grouped[key]
         pool["nodes"].append(name)
         rdma = row.get("rdma") or {}
@@ -178,6 +201,9 @@ def pools(nodes: Mapping[str, Mapping[str, Any]], repository: str, version: str,
         if gpudirect.get("gdrcopy"):
             pool["gdrcopy"] = True
             pool["gpudirect_nodes"]["GDRCopy"].append(name)
+    for (os_id, _version, _kernel), pool in grouped.items():
+        runtimes = [str(nodes[n].get("gpuops_container_toolkit_runtime_found") or "") for n in pool["nodes"]]
+        pool["subscriptions"] = subscriptions(os_id, precompiled, runtimes)
     return sorted(grouped.values(), key=lambda p: p["name"]), left_out
 
 

@@ -2,7 +2,10 @@
 # Runs a GPU component once this node's driver is there (gpuops.nvidia, clusters with the containerized driver):
 # the driver container's, once its startup probe wrote its marker, or a host driver (its nvidia-smi on the host).
 # Exports NVIDIA_DRIVER_ROOT and the same root as this container sees it (CONTAINER_DRIVER_ROOT, DRIVER_ROOT_CTR_PATH),
-# then runs the command given; without one it only waits (an init container).
+# where the device nodes are (NVIDIA_DEV_ROOT, DEV_ROOT_CTR_PATH: under the driver root where the driver container made
+# them there, else the host's /dev) and WITH_SHUTDOWN_HOST_GPU_CLIENTS (true only for a host driver: the MIG manager
+# stops host GPU clients through the host's systemd and NVML), as the GPU Operator's driver validation does, then runs
+# the command given; without one it only waits (an init container).
 # HOST_ROOT: where the pod mounts the host's / (default /host); GPUOPS_WAIT_SECONDS: between two looks (default 5).
 host="${HOST_ROOT:-/host}"
 while :; do
@@ -20,6 +23,14 @@ done
 NVIDIA_DRIVER_ROOT="$root"
 CONTAINER_DRIVER_ROOT="$host${root%/}"
 DRIVER_ROOT_CTR_PATH="$CONTAINER_DRIVER_ROOT"
-export NVIDIA_DRIVER_ROOT CONTAINER_DRIVER_ROOT DRIVER_ROOT_CTR_PATH
+if [ "$root" != / ] && [ -e "$host$root/dev/nvidiactl" ]; then
+  NVIDIA_DEV_ROOT="$root"
+  DEV_ROOT_CTR_PATH="$CONTAINER_DRIVER_ROOT"
+else
+  NVIDIA_DEV_ROOT=/
+  DEV_ROOT_CTR_PATH="$host"
+fi
+if [ "$root" = / ]; then WITH_SHUTDOWN_HOST_GPU_CLIENTS=true; else WITH_SHUTDOWN_HOST_GPU_CLIENTS=false; fi
+export NVIDIA_DRIVER_ROOT CONTAINER_DRIVER_ROOT DRIVER_ROOT_CTR_PATH NVIDIA_DEV_ROOT DEV_ROOT_CTR_PATH WITH_SHUTDOWN_HOST_GPU_CLIENTS
 echo "NVIDIA_DRIVER_ROOT=$NVIDIA_DRIVER_ROOT CONTAINER_DRIVER_ROOT=$CONTAINER_DRIVER_ROOT"
 [ "$#" -eq 0 ] || exec "$@"

@@ -17,9 +17,10 @@ REPO = "nvcr.io/nvidia/driver"
 
 def row(os_id: str | None = "ubuntu", version: str | None = "24.04", kernel: str | None = "6.8.0-45-generic", *,
         method: str = "containerized", packages: tuple = (), gpus: int = 8, peermem: bool = False, host_ofed: bool = False,
-        gds: bool = False, gdrcopy: bool = False) -> dict:
+        gds: bool = False, gdrcopy: bool = False, runtime: str = "") -> dict:
     """A cluster_nodes row, as the filter builds it from a host's facts and settings."""
-    return {"info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
+    return {"gpuops_container_toolkit_runtime_found": runtime,
+            "info": {"summary": {"gpu_count": gpus, "mig_capable": False}, "pci": {"gpus": []}, "nvml": {"gpus": []},
                      "node": {"os": {"id": os_id, "version_id": version}, "kernel": kernel}},
             "driver": {"method": method, "packages": list(packages)},
             "rdma": {"peermem": peermem, "host_ofed": host_ofed}, "gpudirect": {"gds": gds, "gdrcopy": gdrcopy}}
@@ -27,7 +28,7 @@ def row(os_id: str | None = "ubuntu", version: str | None = "24.04", kernel: str
 
 @pytest.mark.parametrize(("os_id", "version", "tag"), [
     ("ubuntu", "24.04", "ubuntu24.04"), ("ubuntu", "22.04", "ubuntu22.04"), ("debian", "12", "debian12"),
-    ("rhel", "9.4", "rhel9"), ("rocky", "8.10", "rocky8"), ("ol", "9.2", "ol9"), ("sles", "15.6", "sles15.6"),
+    ("rhel", "9.4", "rhel9"), ("rhel", "10.0", "rhel10"), ("rocky", "8.10", "rocky8"), ("ol", "9.2", "ol9"), ("sles", "15.6", "sles15.6"),
 ])
 def test_the_os_tag_is_the_operators(os_id, version, tag):
     assert dc.os_tag(os_id, version) == tag
@@ -57,6 +58,25 @@ def test_pools_group_by_os_and_take_the_image_of_each():
                                          "feature.node.kubernetes.io/system-os_release.VERSION_ID": "24.04"}
     # A host driver's node is not set for the container: not even left out, it is simply not the container's.
     assert left_out == []
+
+
+def test_rhel_and_sles_pools_that_build_modules_mount_the_hosts_subscriptions():
+    # As the operator: RHEL's entitlement, redhat.repo and rhsm (not where CRI-O mounts them itself), SLES' zypp
+    # credentials and SUSEConnect, read-only; none where the modules come precompiled or the OS has no subscriptions.
+    nodes = {"r1": row("rhel", "9.4"), "r2": row("rhel", "9.4", runtime="crio"), "c": row("rhel", "8.10", runtime="crio"),
+             "s": row("sles", "15.6"), "u": row()}
+    pools = {p["os_tag"]: p for p in dc.pools(nodes, REPO, "595.91.07", False)[0]}
+    assert pools["rhel9"]["subscriptions"] == [
+        {"mountPath": "/run/secrets/etc-pki-entitlement", "hostPath": {"path": "/etc/pki/entitlement", "type": "Directory"}},
+        {"mountPath": "/run/secrets/redhat.repo", "hostPath": {"path": "/etc/yum.repos.d/redhat.repo", "type": "File"}},
+        {"mountPath": "/run/secrets/rhsm", "hostPath": {"path": "/etc/rhsm", "type": "Directory"}}]
+    assert pools["rhel8"]["subscriptions"] == []  # CRI-O on every node of the pool
+    assert pools["sles15.6"]["subscriptions"] == [
+        {"mountPath": "/etc/SUSEConnect", "hostPath": {"path": "/etc/SUSEConnect", "type": "FileOrCreate"}},
+        {"mountPath": "/etc/zypp/credentials.d", "hostPath": {"path": "/etc/zypp/credentials.d", "type": "Directory"}}]
+    assert pools["ubuntu24.04"]["subscriptions"] == []
+    precompiled = dc.pools({"r": row("rhel", "9.4")}, REPO, "595", True)[0]
+    assert precompiled[0]["subscriptions"] == []
 
 
 def test_precompiled_pools_are_per_kernel_and_selected_by_it():
@@ -193,3 +213,24 @@ def test_driver_root_waits_for_a_driver_and_runs_with_its_root(tmp_path):
     # Without a command (the init container), it only waits.
     res = _driver_root(host)
     assert res.returncode == 0 and "NVIDIA_DRIVER_ROOT=/run/nvidia/driver" in res.stdout
+
+
+def test_driver_root_tells_the_mig_manager_where_devices_are_and_whether_host_clients_stop(tmp_path):
+    # The operator's driver validation (IS_HOST_DRIVER, NVIDIA_DEV_ROOT, DEV_ROOT_CTR_PATH) and its MIG manager
+    # entrypoint (WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER): host clients are stopped only where the driver is
+    # the host's; device nodes are under the driver root where the driver container made them there, else the host's.
+    host = tmp_path / "host"
+    show = ("sh", "-c", 'echo "$WITH_SHUTDOWN_HOST_GPU_CLIENTS|$NVIDIA_DEV_ROOT|$DEV_ROOT_CTR_PATH"')
+    smi = host / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"true|/|{host}"
+    marker = host / "run/nvidia/validations/.driver-ctr-ready"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("GDS_ENABLED: false\n")
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/|{host}"
+    ctl = host / "run/nvidia/driver/dev/nvidiactl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text("")
+    assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/run/nvidia/driver|{host}/run/nvidia/driver"
