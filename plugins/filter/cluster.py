@@ -338,9 +338,16 @@ def driver_upgrade_restore(labels: Any) -> dict:
     return cluster_upgrade.restore_labels(labels if isinstance(labels, dict) else {})
 
 
-def driver_upgrade_running(units: Any, states: Any) -> list:
-    """The units that were running, from `systemctl is-active`'s lines for them."""
-    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []])
+def driver_upgrade_running(units: Any, states: Any, recorded: Any = "") -> list:
+    """The units that were running, from `systemctl is-active`'s lines for them, and those a failed run recorded stopping."""
+    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []], str(recorded or ""))
+
+
+def driver_upgrade_drain(plan: Any, reboot: Any, pods: Any, selector: Any) -> dict:
+    """Which Pods the drain before the host changes evicts: every Pod where the node will reboot."""
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("driver_upgrade_drain: the node's driver_upgrade_plan is needed")
+    return cluster_upgrade.drain_scope(plan, str(reboot), str(pods), str(selector or ""))
 
 
 def driver_upgrade_waiting(pods: Any, daemonsets: Any, labels: Any) -> list:
@@ -387,4 +394,5 @@ class FilterModule:
             "driver_upgrade_restore": driver_upgrade_restore,
             "driver_upgrade_waiting": driver_upgrade_waiting,
             "driver_upgrade_running": driver_upgrade_running,
+            "driver_upgrade_drain": driver_upgrade_drain,
         }
