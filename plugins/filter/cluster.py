@@ -343,6 +343,11 @@ def driver_upgrade_running(units: Any, states: Any, recorded: Any = "") -> list:
     return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []], str(recorded or ""))
 
 
+def day2_lost_hosts(removed: Any, hostvars: Any, started: Any, ended: Any) -> dict:
+    """The hosts removed from the play mid-change (unreachable: no rescue ran), host -> Node name."""
+    return cluster_upgrade.lost_hosts([str(h) for h in removed or []], hostvars, str(started), [str(e) for e in ended or []])
+
+
 def driver_upgrade_drain(plan: Any, reboot: Any, pods: Any, selector: Any) -> dict:
     """Which Pods the drain before the host changes evicts: every Pod where the node will reboot."""
     if not isinstance(plan, dict):
@@ -395,4 +400,5 @@ class FilterModule:
             "driver_upgrade_waiting": driver_upgrade_waiting,
             "driver_upgrade_running": driver_upgrade_running,
             "driver_upgrade_drain": driver_upgrade_drain,
+            "day2_lost_hosts": day2_lost_hosts,
         }

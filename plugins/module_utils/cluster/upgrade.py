@@ -170,3 +170,16 @@ def node_plan(gpu_info: Mapping[str, Any], driver: Mapping[str, Any], node: Mapp
         "pause": pause_labels(labels),
         "unload": unload_order(list(modules.get("nvidia") or [])),
     }
+
+
+def lost_hosts(removed: list[str], hostvars: Any, started: str, ended: list[str]) -> dict[str, str]:
+    """The hosts a day-2 run lost mid-change, with their Node names: of the hosts the play removed (failed or
+    unreachable), those whose `started` result is there (registered, not skipped; any host with `started` empty) and
+    none of `ended` (the rescue's or the last step's result). Ansible runs no rescue for an unreachable host, so nothing else records it."""
+    out = {}
+    for host in removed:
+        values = hostvars.get(host, {})
+        begun = values.get(started) if started else {}
+        if isinstance(begun, Mapping) and not begun.get("skipped") and not any(e in values for e in ended):
+            out[host] = str(values.get("gpuops_cluster_node_name") or host)
+    return out

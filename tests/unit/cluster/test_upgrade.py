@@ -6,6 +6,7 @@ import copy
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.filter.cluster import (
+    day2_lost_hosts,
     driver_upgrade_drain,
     driver_upgrade_plan,
     driver_upgrade_restore,
@@ -170,3 +171,19 @@ def test_units_a_failed_run_stopped_are_started_again_by_the_run_that_resumes():
 def test_a_node_that_will_reboot_is_drained_of_every_pod(kernel_change, reboot, unload, pods, selector, expected):
     plan = {"kernel_change": kernel_change, "unload": unload, "at_target": False}
     assert driver_upgrade_drain(plan, reboot, pods, selector) == expected
+
+
+def test_hosts_lost_mid_change_are_the_removed_ones_that_started_and_neither_ended_nor_ran_their_rescue():
+    hostvars = {
+        "gpu-1": {"marked": {"changed": True}},  # unreachable mid-upgrade: no rescue, no end
+        "gpu-2": {"marked": {"changed": True}, "rescued": {"resources": []}},  # failed: its rescue recorded it
+        "gpu-3": {"marked": {"skipped": True}},  # at the target: never started
+        "gpu-4": {"gpuops_cluster_node_name": "node-4", "marked": {"changed": False}},
+        "gpu-5": {},  # unreachable before anything changed
+        "gpu-6": {"marked": {"changed": True}, "done": {"changed": True}},
+    }
+    removed = ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6"]
+    assert day2_lost_hosts(removed, hostvars, "marked", ["done", "rescued"]) == {"gpu-1": "gpu-1", "gpu-4": "node-4"}
+    assert day2_lost_hosts([], hostvars, "marked", ["done"]) == {}
+    # Without `started`: every removed host that did not end.
+    assert list(day2_lost_hosts(removed, hostvars, "", ["rescued"])) == ["gpu-1", "gpu-3", "gpu-4", "gpu-5", "gpu-6"]
