@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import dra as cluster_dra
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import driver_container
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import rules as cluster
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import uninstall as cluster_uninstall
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import upgrade as cluster_upgrade
     from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import validation as cluster_validation
 else:
@@ -28,6 +29,7 @@ else:
     cluster_dra = LazyModule(_MU + "cluster.dra")
     driver_container = LazyModule(_MU + "cluster.driver_container")
     cluster = LazyModule(_MU + "cluster.rules")
+    cluster_uninstall = LazyModule(_MU + "cluster.uninstall")
     cluster_upgrade = LazyModule(_MU + "cluster.upgrade")
     cluster_validation = LazyModule(_MU + "cluster.validation")
 
@@ -338,9 +340,26 @@ def driver_upgrade_restore(labels: Any) -> dict:
     return cluster_upgrade.restore_labels(labels if isinstance(labels, dict) else {})
 
 
-def driver_upgrade_running(units: Any, states: Any) -> list:
-    """The units that were running, from `systemctl is-active`'s lines for them."""
-    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []])
+def driver_upgrade_running(units: Any, states: Any, recorded: Any = "") -> list:
+    """The units that were running, from `systemctl is-active`'s lines for them, and those a failed run recorded stopping."""
+    return cluster_upgrade.running_units([str(u) for u in units or []], [str(s) for s in states or []], str(recorded or ""))
+
+
+def day2_lost_hosts(removed: Any, hostvars: Any, started: Any, ended: Any) -> dict:
+    """The hosts removed from the play mid-change (unreachable: no rescue ran), host -> Node name."""
+    return cluster_upgrade.lost_hosts([str(h) for h in removed or []], hostvars, str(started), [str(e) for e in ended or []])
+
+
+def uninstall_gpu_pods(pods: Any, runtime_class: Any, namespace: Any) -> list:
+    """The users' pods on the nvidia runtime or holding a GPU, which an uninstall would break (ns/name on node)."""
+    return cluster_uninstall.user_gpu_pods(list(pods or []), str(runtime_class), str(namespace))
+
+
+def driver_upgrade_drain(plan: Any, reboot: Any, pods: Any, selector: Any) -> dict:
+    """Which Pods the drain before the host changes evicts: every Pod where the node will reboot."""
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("driver_upgrade_drain: the node's driver_upgrade_plan is needed")
+    return cluster_upgrade.drain_scope(plan, str(reboot), str(pods), str(selector or ""))
 
 
 def driver_upgrade_waiting(pods: Any, daemonsets: Any, labels: Any) -> list:
@@ -387,4 +406,7 @@ class FilterModule:
             "driver_upgrade_restore": driver_upgrade_restore,
             "driver_upgrade_waiting": driver_upgrade_waiting,
             "driver_upgrade_running": driver_upgrade_running,
+            "driver_upgrade_drain": driver_upgrade_drain,
+            "day2_lost_hosts": day2_lost_hosts,
+            "uninstall_gpu_pods": uninstall_gpu_pods,
         }

@@ -13,13 +13,17 @@ author:
   - gpuops.nvidia maintainers (@gpuops)
 description:
   - O(state=drained) sorts the Node's Pods first (with O(pods=gpu), only those that request an C(nvidia.com/)
-    resource), as C(kubectl drain --ignore-daemonsets) does - DaemonSet and static Pods stay, finished Pods hold
+    resource or hold a ResourceClaim allocated with devices of NVIDIA's DRA drivers, C(gpu.nvidia.com) and
+    C(compute-domain.nvidia.com)), as C(kubectl drain --ignore-daemonsets) does - DaemonSet and static Pods stay, finished Pods hold
     nothing - and stops before anything changes when a Pod would be lost (no controller recreates it, without
     O(force); emptyDir data, without O(delete_emptydir_data)), naming each Pod and why.
   - Then it cordons the Node, recording in the annotation O(initial_state_annotation) whether the Node was
     schedulable before (C(false)) or already cordoned (C(true)); a drain resumed after a failure keeps the first
-    record. It evicts each Pod through the Eviction API, so PodDisruptionBudgets are honoured - an eviction a
-    budget refuses is retried until O(timeout) - and waits until the Pods are gone.
+    record. Once cordoned it lists the Pods again (one the scheduler placed before the cordon goes too; one that
+    would be lost now fails the drain, the Node cordoned), waits for the Pods O(wait_for_completion_pod_selector)
+    names to finish (the GPU Operator's C(waitForCompletion)), then evicts each Pod through the Eviction API, so
+    PodDisruptionBudgets are honoured - an eviction a budget refuses is retried until O(timeout) - and waits until
+    the Pods are gone.
   - When O(timeout) passes it fails naming each Pod still there and, for a Pod a budget holds back, the
     PodDisruptionBudgets that select it; the Node stays cordoned. O(disable_eviction) deletes the Pods instead,
     past their budgets.
@@ -58,9 +62,23 @@ options:
     type: bool
     default: false
   timeout:
-    description: Seconds to wait for the evictions and for the Pods to be gone.
+    description: Seconds to wait for the evictions and for the Pods to be gone; C(0) waits without end.
     type: int
     default: 300
+  wait_for_completion_pod_selector:
+    description:
+      - A label selector (C(app=batch)) naming the Pods on the Node whose end is waited for, once the Node is cordoned,
+        before any eviction - running Jobs left to finish. Empty waits for nothing.
+    type: str
+    default: ""
+  wait_for_completion_timeout:
+    description: Seconds to wait for them; those still running then are evicted with the others. C(0) waits without end.
+    type: int
+    default: 0
+  wait_for_completion_variable_prefix:
+    description: Prefix to O(wait_for_completion_timeout) in messages (the caller's variable).
+    type: str
+    default: ""
   initial_state_annotation:
     description: The Node annotation that records whether the Node was already cordoned before the drain.
     type: str
@@ -125,6 +143,11 @@ kept:
   description: Pods left on the Node and why (DaemonSet, static, finished).
   returned: always
   type: dict
+not_completed:
+  description: The Pods O(wait_for_completion_pod_selector) names that still ran when O(wait_for_completion_timeout) passed.
+  returned: when the wait timed out
+  type: list
+  elements: str
 """
 
 import time
@@ -153,6 +176,8 @@ class Drain:
         self.api = JsonApi(connect(module))
         self.path = resource_path("v1", "nodes", name=self.p["name"])
         self.names = {o: f"{self.p['variable_prefix']}{o}" for o in ("force", "delete_emptydir_data", "timeout", "disable_eviction")}
+        # The wait's options are named after the operator's waitForCompletion, apart from the drain's.
+        self.names["wait_for_completion_timeout"] = f"{self.p['wait_for_completion_variable_prefix']}wait_for_completion_timeout"
         self.result: dict[str, Any] = {"changed": False, "cordoned": False, "uncordoned": False,
                                        "initially_unschedulable": None, "evicted": [], "kept": {}}
 
@@ -208,10 +233,32 @@ class Drain:
         if not self.module.check_mode:
             self.patch("uncordoning", patch)
 
+    def claims(self, pods: list[dict]) -> dict[str, dict] | None:
+        """The ResourceClaims of the namespaces whose Pods use claims, as ns/name; None where the cluster serves no
+        resource API that has them (then every Pod with a claim counts as a GPU Pod)."""
+        namespaces = drain.claimed(pods)
+        if self.p["pods"] != "gpu" or not namespaces:
+            return {}
+        for version in drain.DRA_VERSIONS:
+            try:
+                found = {}
+                for ns in namespaces:
+                    for item in self.api.list_items(resource_path(version, "resourceclaims", ns)):
+                        found[drain.key(item)] = item
+                return found
+            except Exception as exc:
+                if api_status(exc) != 404:
+                    self.fail(f"listing ResourceClaims failed: {api_error(exc)}")
+        return None
+
+    def select(self) -> drain.Selection:
+        pods = self.pods()
+        return drain.select(pods, self.p["pods"] == "gpu", self.p["force"], self.p["delete_emptydir_data"], self.names, self.claims(pods))
+
     def drained(self) -> None:
         node = self.node()
         self.record(node)
-        sel = drain.select(self.pods(), self.p["pods"] == "gpu", self.p["force"], self.p["delete_emptydir_data"], self.names)
+        sel = self.select()
         self.result["kept"] = sel["kept"]
         if sel["refused"]:
             self.fail("not drained, nothing changed: " + "; ".join(f"{pod}: {why}" for pod, why in sel["refused"].items()))
@@ -226,11 +273,42 @@ class Drain:
         if patch:
             self.patch("cordoning", patch)
             self.result["initially_unschedulable"] = recorded == "true"
+        waited = bool(evict) and self.wait_for_completion()
+        if self.result["cordoned"] or waited:
+            # Listed again: a Pod the scheduler placed before the cordon goes too, a Job that finished stays.
+            sel = self.select()
+            self.result["kept"] = sel["kept"]
+            if sel["refused"]:
+                self.fail("not drained, the node stays cordoned: " + "; ".join(f"{pod}: {why}" for pod, why in sel["refused"].items()))
+            self.result["changed"] = True
         self.result["evicted"] = []  # from here, the Pods evicted so far
         self.evict(sel["evict"], sel["terminating"])
 
+    def deadline(self, seconds: int) -> float | None:
+        """When a wait of `seconds` ends; None (no end) for 0."""
+        return time.monotonic() + seconds if seconds else None
+
+    def wait_for_completion(self) -> bool:
+        """Wait, once cordoned, for the node's Pods that the selector names to finish (the operator's waitForCompletion);
+        when the wait times out they are evicted with the others. Whether it waited."""
+        selector = self.p["wait_for_completion_pod_selector"]
+        if not selector:
+            return False
+        deadline = self.deadline(self.p["wait_for_completion_timeout"])
+        query = [("fieldSelector", f"spec.nodeName={self.p['name']}"), ("labelSelector", selector)]
+        while True:
+            left = drain.running(self.call("listing the Pods to wait for", self.api.list_items, resource_path("v1", "pods"), query))
+            if not left:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                self.result["not_completed"] = left
+                self.module.warn(f"node {self.p['name']}: {', '.join(left)} still running after {self.names['wait_for_completion_timeout']} "
+                                 f"({self.p['wait_for_completion_timeout']}s): evicted")
+                return True
+            time.sleep(POLL)
+
     def evict(self, pods: list[dict], terminating: list[dict]) -> None:
-        deadline = time.monotonic() + self.p["timeout"]
+        deadline = self.deadline(self.p["timeout"])
         todo = {drain.key(p): p for p in pods}
         blocked: dict[str, str] = {}
         waiting = {drain.key(p): p["metadata"]["uid"] for p in pods + terminating}
@@ -257,14 +335,14 @@ class Drain:
                         self.fail(f"evicting {name} failed: {api_error(exc)}; the node stays cordoned")
             if not todo:
                 break
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 self.timed_out(todo, blocked)
             time.sleep(POLL)
         while True:
             left = {drain.key(p) for p in self.pods() if waiting.get(drain.key(p)) == (p.get("metadata") or {}).get("uid")}
             if not left:
                 return
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 self.fail(f"{len(left)} Pod(s) not gone {self.p['timeout']}s after their eviction: {', '.join(sorted(left))} "
                           f"(their termination grace period, a finalizer, or a kubelet that does not answer); "
                           f"the node stays cordoned; raise {self.names['timeout']} and run again")
@@ -296,6 +374,9 @@ def main() -> None:
             "delete_emptydir_data": {"type": "bool", "default": False},
             "disable_eviction": {"type": "bool", "default": False},
             "timeout": {"type": "int", "default": 300},
+            "wait_for_completion_pod_selector": {"type": "str", "default": ""},
+            "wait_for_completion_timeout": {"type": "int", "default": 0},
+            "wait_for_completion_variable_prefix": {"type": "str", "default": ""},
             "initial_state_annotation": {"type": "str", "default": "gpuops.nvidia/node-initial-state.unschedulable"},
             "variable_prefix": {"type": "str", "default": ""},
             **AUTH_ARGS,
@@ -304,6 +385,9 @@ def main() -> None:
     )
     if module.params["timeout"] < 0:
         module.fail_json(msg=f"{module.params['variable_prefix']}timeout: {module.params['timeout']} is not a number of seconds (0 or more)")
+    if module.params["wait_for_completion_timeout"] < 0:
+        module.fail_json(msg=f"{module.params['wait_for_completion_variable_prefix']}wait_for_completion_timeout: "
+                             f"{module.params['wait_for_completion_timeout']} is not a number of seconds (0 or more)")
     run = Drain(module)
     if module.params["state"] == "restored":
         run.restore()

@@ -13,11 +13,13 @@ from typing import Any, TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.kube_common import selector_matches
 
-__all__ = ["GPU_PREFIX", "Selection", "blocking_pdbs", "cordon_patch", "key", "record", "requests_gpu", "select", "uncordon_patch",
-           "unschedulable"]
+__all__ = ["DRA_VERSIONS", "GPU_PREFIX", "Selection", "blocking_pdbs", "claimed", "cordon_patch", "holds_gpu_claim", "key", "record",
+           "requests_gpu", "running", "select", "uncordon_patch", "unschedulable"]
 
 GPU_PREFIX = "nvidia.com/"
 MIRROR = "kubernetes.io/config.mirror"
+# The resource API's versions that carry ResourceClaims with allocated devices, newest first (tried in this order).
+DRA_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1")
 
 
 class Selection(TypedDict):
@@ -44,6 +46,46 @@ def requests_gpu(pod: Mapping[str, Any], prefix: str = GPU_PREFIX) -> bool:
     return False
 
 
+def _claim_names(pod: Mapping[str, Any]) -> list[str]:
+    """The ResourceClaims a Pod uses, by name: those it names, and those made for it from a ResourceClaimTemplate
+    (its status names them)."""
+    spec = pod.get("spec") or {}
+    names = [str(c["resourceClaimName"]) for c in spec.get("resourceClaims") or [] if c.get("resourceClaimName")]
+    names += [str(s["resourceClaimName"]) for s in (pod.get("status") or {}).get("resourceClaimStatuses") or [] if s.get("resourceClaimName")]
+    return names
+
+
+def _nvidia_driver(name: object) -> bool:
+    return isinstance(name, str) and (name == "nvidia.com" or name.endswith(".nvidia.com"))
+
+
+def holds_gpu_claim(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]] | None) -> bool:
+    """Whether the Pod holds a ResourceClaim allocated with devices of NVIDIA's DRA drivers (gpu.nvidia.com: GPUs and
+    MIG devices; compute-domain.nvidia.com: IMEX channels): a Pod on the node holds them there, and loses them with
+    the driver. `claims`: ns/name -> ResourceClaim as the API lists them; None when they could not be read, and then
+    any Pod with a claim counts."""
+    if not (pod.get("spec") or {}).get("resourceClaims"):
+        return False
+    if claims is None:
+        return True
+    namespace = (pod.get("metadata") or {}).get("namespace")
+    for name in _claim_names(pod):
+        allocation = ((claims.get(f"{namespace}/{name}") or {}).get("status") or {}).get("allocation") or {}
+        if any(_nvidia_driver(r.get("driver")) for r in (allocation.get("devices") or {}).get("results") or []):
+            return True
+    return False
+
+
+def claimed(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The namespaces of the Pods that use ResourceClaims: where the claims are read."""
+    return sorted({str((p.get("metadata") or {}).get("namespace")) for p in pods if (p.get("spec") or {}).get("resourceClaims")})
+
+
+def running(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The Pods still running (phase Running), as ns/name: what a wait for completion waits on, as the operator's does."""
+    return sorted(key(p) for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
 def _controller(pod: Mapping[str, Any]) -> dict | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -52,16 +94,17 @@ def _controller(pod: Mapping[str, Any]) -> dict | None:
 
 
 def select(pods: Iterable[Mapping[str, Any]], gpu_only: bool, force: bool, delete_emptydir_data: bool,
-           names: Mapping[str, str]) -> Selection:
+           names: Mapping[str, str], claims: Mapping[str, Mapping[str, Any]] | None = None) -> Selection:
     """Sort the Node's Pods as kubectl drain does (--ignore-daemonsets): DaemonSet and static Pods stay, finished
-    Pods hold nothing; of the others (with gpu_only, those that request a GPU resource), a Pod no controller
+    Pods hold nothing; of the others (with gpu_only, those that request a GPU resource or hold a GPU through a
+    ResourceClaim, see holds_gpu_claim), a Pod no controller
     would recreate is refused unless `force`, one with emptyDir data unless `delete_emptydir_data`. `names` gives
     the name each option has in the caller's messages (its role variable)."""
     out: Selection = {"evict": [], "terminating": [], "kept": {}, "refused": {}}
     for pod in sorted(pods, key=key):
         meta = pod.get("metadata") or {}
         name = key(pod)
-        if gpu_only and not requests_gpu(pod):
+        if gpu_only and not (requests_gpu(pod) or holds_gpu_claim(pod, claims)):
             continue
         owner = _controller(pod)
         if MIRROR in (meta.get("annotations") or {}):

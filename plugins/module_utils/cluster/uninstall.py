@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drain
+
 MANAGED_BY = "app.kubernetes.io/managed-by"
 # Never deleted, whoever applied them: Nodes carry labels only (removed one by one), events are the cluster's.
 _NEVER = {("", "nodes"), ("", "events"), ("events.k8s.io", "events"), ("", "componentstatuses"), ("", "bindings")}
@@ -162,3 +164,20 @@ def node_labels_to_remove(nodes: Iterable[Mapping], field_manager: str, operand_
         if keys:
             out[str(meta.get("name"))] = keys
     return out
+
+
+def user_gpu_pods(pods: Iterable[Mapping[str, Any]], runtime_class: str, namespace: str, managed_by: str = "gpuops.nvidia") -> list[str]:
+    """The users' Pods an uninstall would pull the GPU from under, as `ns/name on node`: Pods not finished, outside the
+    collection's namespace and not its own (the managed-by label), that run on the nvidia RuntimeClass, request an
+    `nvidia.com/` resource or use a ResourceClaim (the DRA driver goes too)."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or meta.get("namespace") == namespace:
+            continue
+        if (meta.get("labels") or {}).get(MANAGED_BY) == managed_by:
+            continue
+        if spec.get("runtimeClassName") == runtime_class or drain.requests_gpu(pod) or drain.holds_gpu_claim(pod, None):
+            out.append(f"{drain.key(pod)} on {spec.get('nodeName') or 'no node yet'}")
+    return sorted(out)

@@ -79,9 +79,24 @@ def waiting_pods(pods: list[Mapping[str, Any]], daemonsets: list[Mapping[str, An
     return sorted(waiting)
 
 
-def running_units(units: list[str], states: list[str]) -> list[str]:
-    """The units of `units` that were running: `states` is what `systemctl is-active` printed for them, a line each."""
-    return [unit for unit, state in zip(units, states, strict=False) if state == "active"]
+def running_units(units: list[str], states: list[str], recorded: str = "") -> list[str]:
+    """The units of `units` that were running: `states` is what `systemctl is-active` printed for them, a line each;
+    then those `recorded` (comma-separated: the units a failed run stopped, as the Node's annotation keeps them), which
+    a resumed run starts again even though they are not running now."""
+    stopped = [u for u in dict.fromkeys(x.strip() for x in recorded.split(",")) if u]
+    out = [unit for unit, state in zip(units, states, strict=False) if state == "active"]
+    out = [u for u in units if u in out or u in stopped]
+    return out + [u for u in stopped if u not in out]
+
+
+def drain_scope(plan: Mapping[str, Any], reboot: str, pods: str, selector: str) -> dict[str, Any]:
+    """The drain before the host changes: the Pods of the user's choice (`pods`, narrowed by `selector`), unless the
+    node will reboot whatever the unload does (a new kernel, `reboot: always`, no module loaded to unload and load
+    again): a reboot kills every Pod, so every Pod is evicted first (PodDisruptionBudgets honoured), not a subset."""
+    reboots = bool(plan.get("kernel_change")) or reboot == "always" or not plan.get("unload")
+    if reboots or pods == "all":
+        return {"pods": "all", "pod_selector": "" if reboots else selector, "reboots": reboots}
+    return {"pods": pods, "pod_selector": selector, "reboots": False}
 
 
 def unload_order(loaded: list[str]) -> list[str]:
@@ -155,3 +170,16 @@ def node_plan(gpu_info: Mapping[str, Any], driver: Mapping[str, Any], node: Mapp
         "pause": pause_labels(labels),
         "unload": unload_order(list(modules.get("nvidia") or [])),
     }
+
+
+def lost_hosts(removed: list[str], hostvars: Any, started: str, ended: list[str]) -> dict[str, str]:
+    """The hosts a day-2 run lost mid-change, with their Node names: of the hosts the play removed (failed or
+    unreachable), those whose `started` result is there (registered, not skipped; any host with `started` empty) and
+    none of `ended` (the rescue's or the last step's result). Ansible runs no rescue for an unreachable host, so nothing else records it."""
+    out = {}
+    for host in removed:
+        values = hostvars.get(host, {})
+        begun = values.get(started) if started else {}
+        if isinstance(begun, Mapping) and not begun.get("skipped") and not any(e in values for e in ended):
+            out[host] = str(values.get("gpuops_cluster_node_name") or host)
+    return out

@@ -100,3 +100,40 @@ def test_restore_makes_schedulable_only_a_node_that_was():
     assert drain.uncordon_patch(node(True, {ANN: "true"}), ANN) == {"metadata": {"annotations": {ANN: None}}}
     assert drain.uncordon_patch(node(True), ANN) is None  # cordoned by someone else: not ours to undo
     assert drain.uncordon_patch(node(None, {ANN: "false"}), ANN) == {"metadata": {"annotations": {ANN: None}}}
+
+
+def claim(name: str, driver: str | None = "gpu.nvidia.com", ns: str = "ml") -> dict:
+    """A ResourceClaim as resource.k8s.io/v1 shows it: allocated (devices of `driver`) or not (driver None)."""
+    status = {} if driver is None else {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": driver, "pool": "gpu-1", "device": "gpu-0"}]}}}
+    return {"metadata": {"name": name, "namespace": ns}, "status": status}
+
+
+def dra_pod(name: str, claim_name: str, from_template: bool = False) -> dict:
+    """A Pod that holds a ResourceClaim: by its name, or made for it from a ResourceClaimTemplate (its status names it)."""
+    ref = {"name": "gpu", "resourceClaimTemplateName": "one-gpu"} if from_template else {"name": "gpu", "resourceClaimName": claim_name}
+    p = pod(name, spec={"resourceClaims": [ref]})
+    if from_template:
+        p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    return p
+
+
+def test_pods_holding_a_claim_allocated_from_nvidias_dra_drivers_are_gpu_pods():
+    claims = {"ml/a-gpu": claim("a-gpu"), "ml/b-gpu-x1": claim("b-gpu-x1"), "ml/nic": claim("nic", "rdma.example.com"),
+              "ml/imex": claim("imex", "compute-domain.nvidia.com"), "ml/pending": claim("pending", None)}
+    assert drain.holds_gpu_claim(dra_pod("a", "a-gpu"), claims)
+    assert drain.holds_gpu_claim(dra_pod("b", "b-gpu-x1", from_template=True), claims)
+    assert drain.holds_gpu_claim(dra_pod("c", "imex"), claims)
+    assert not drain.holds_gpu_claim(dra_pod("d", "nic"), claims)  # another driver's device: not the GPU's
+    assert not drain.holds_gpu_claim(dra_pod("e", "pending"), claims)  # not allocated
+    assert not drain.holds_gpu_claim(pod("f"), claims)
+    # Claims that could not be read: any Pod with a claim counts (its GPU would go with the driver).
+    assert drain.holds_gpu_claim(dra_pod("g", "nic"), None)
+    assert not drain.holds_gpu_claim(pod("h"), None)
+    sel = drain.select([dra_pod("a", "a-gpu"), dra_pod("d", "nic"), pod("web")], True, False, False, NAMES, claims)
+    assert [drain.key(p) for p in sel["evict"]] == ["ml/a"]
+    assert drain.claimed([dra_pod("a", "a-gpu"), pod("web")]) == ["ml"]
+
+
+def test_pods_still_running_are_those_in_phase_running():
+    assert drain.running([pod("job"), pod("done", phase="Succeeded"), pod("new", phase="Pending"), pod("bad", phase="Failed")]) == ["ml/job"]

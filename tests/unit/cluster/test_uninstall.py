@@ -288,3 +288,19 @@ def test_an_object_a_finalizer_holds_fails_the_step_naming_it_and_the_next_run_f
     out = call(cluster_uninstall.main, {})
     assert out["failed"] is False and out["removed"][0] == "DaemonSet gpu/gfd"
     assert call(cluster_uninstall.main, {})["changed"] is False
+
+
+def test_the_users_pods_an_uninstall_would_break_are_those_on_the_runtime_or_holding_a_gpu():
+    from ansible_collections.gpuops.nvidia.plugins.filter.cluster import uninstall_gpu_pods
+
+    from tests.unit.cluster.test_drain import GPU, dra_pod, pod
+
+    runtime = pod("cuda-app", spec={"runtimeClassName": "nvidia", "nodeName": "gpu-1"})
+    requests = pod("train", GPU, spec={"nodeName": "gpu-2"})
+    ours = pod("device-plugin", GPU, ns="gpu-operator", owner="DaemonSet")
+    labelled = pod("smoke", GPU, ns="default", labels={"app.kubernetes.io/managed-by": "gpuops.nvidia"})
+    done = pod("finished", GPU, phase="Succeeded")
+    cpu = pod("web", {"limits": {"cpu": "1"}})
+    pods = [runtime, requests, ours, labelled, done, cpu, dra_pod("dra", "c")]
+    assert uninstall_gpu_pods(pods, "nvidia", "gpu-operator") == ["ml/cuda-app on gpu-1", "ml/dra on no node yet", "ml/train on gpu-2"]
+    assert uninstall_gpu_pods([cpu, ours], "nvidia", "gpu-operator") == []

@@ -6,6 +6,8 @@ import copy
 
 import pytest
 from ansible_collections.gpuops.nvidia.plugins.filter.cluster import (
+    day2_lost_hosts,
+    driver_upgrade_drain,
     driver_upgrade_plan,
     driver_upgrade_restore,
     driver_upgrade_running,
@@ -144,3 +146,44 @@ def test_the_units_that_were_running_are_those_systemctl_says_are_active():
     assert upgrade.running_units(units, ["inactive", "active"]) == ["nvidia-fabricmanager.service"]
     assert driver_upgrade_running([], []) == []
     assert driver_upgrade_running(["a.service"], ["activating"]) == []
+
+
+def test_units_a_failed_run_stopped_are_started_again_by_the_run_that_resumes():
+    # The failed run stopped Fabric Manager and recorded it on the Node; now systemctl says it is inactive.
+    units = ["nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm"]
+    assert driver_upgrade_running(units, ["active", "inactive", "inactive"], "nvidia-fabricmanager") == [
+        "nvidia-persistenced", "nvidia-fabricmanager"]
+    # A unit recorded that the list no longer names is started too; a record of none adds none.
+    assert driver_upgrade_running(units, ["inactive"] * 3, "nvidia-imex,nvidia-persistenced") == ["nvidia-persistenced", "nvidia-imex"]
+    assert driver_upgrade_running(units, ["inactive"] * 3, "") == []
+    assert driver_upgrade_running(units, ["inactive"] * 3, None) == []
+
+
+@pytest.mark.parametrize(("kernel_change", "reboot", "unload", "pods", "selector", "expected"), [
+    # Only the GPU pods where the driver can be swapped in place; the selector narrows them.
+    (False, "auto", ["nvidia_uvm", "nvidia"], "gpu", "app=train", {"pods": "gpu", "pod_selector": "app=train", "reboots": False}),
+    # A reboot that will happen (new kernel, reboot: always, no module loaded to unload) takes every pod: all go.
+    (True, "auto", ["nvidia"], "gpu", "app=train", {"pods": "all", "pod_selector": "", "reboots": True}),
+    (False, "always", ["nvidia"], "gpu", "", {"pods": "all", "pod_selector": "", "reboots": True}),
+    (False, "auto", [], "gpu", "", {"pods": "all", "pod_selector": "", "reboots": True}),
+    (False, "auto", ["nvidia"], "all", "", {"pods": "all", "pod_selector": "", "reboots": False}),
+])
+def test_a_node_that_will_reboot_is_drained_of_every_pod(kernel_change, reboot, unload, pods, selector, expected):
+    plan = {"kernel_change": kernel_change, "unload": unload, "at_target": False}
+    assert driver_upgrade_drain(plan, reboot, pods, selector) == expected
+
+
+def test_hosts_lost_mid_change_are_the_removed_ones_that_started_and_neither_ended_nor_ran_their_rescue():
+    hostvars = {
+        "gpu-1": {"marked": {"changed": True}},  # unreachable mid-upgrade: no rescue, no end
+        "gpu-2": {"marked": {"changed": True}, "rescued": {"resources": []}},  # failed: its rescue recorded it
+        "gpu-3": {"marked": {"skipped": True}},  # at the target: never started
+        "gpu-4": {"gpuops_cluster_node_name": "node-4", "marked": {"changed": False}},
+        "gpu-5": {},  # unreachable before anything changed
+        "gpu-6": {"marked": {"changed": True}, "done": {"changed": True}},
+    }
+    removed = ["gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6"]
+    assert day2_lost_hosts(removed, hostvars, "marked", ["done", "rescued"]) == {"gpu-1": "gpu-1", "gpu-4": "node-4"}
+    assert day2_lost_hosts([], hostvars, "marked", ["done"]) == {}
+    # Without `started`: every removed host that did not end.
+    assert list(day2_lost_hosts(removed, hostvars, "", ["rescued"])) == ["gpu-1", "gpu-3", "gpu-4", "gpu-5", "gpu-6"]

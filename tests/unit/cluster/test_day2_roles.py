@@ -1,0 +1,41 @@
+"""The day-2 roles' expressions that decide what a drain evicts and which units a run starts again, templated as a
+play would (the role's defaults and vars, the collection's filters)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible.template import trust_as_template
+
+from tests.unit.harness import role_templar
+
+ROLES = Path(__file__).parents[3] / "roles"
+PLAN = {"kernel_change": False, "unload": ["nvidia_uvm", "nvidia"], "at_target": False, "state": ""}
+
+
+def upgrade(expr: str, **overrides):
+    values = {"__gpuops_upgrade_plan": PLAN, "__gpuops_upgrade_node_object": {}, **overrides}
+    return role_templar(ROLES / "driver_upgrade", **values).template(trust_as_template("{{ " + expr + " }}"))
+
+
+def test_the_upgrade_drains_every_pod_of_a_node_it_will_reboot():
+    assert upgrade("__gpuops_upgrade_drain_scope") == {"pods": "gpu", "pod_selector": "", "reboots": False}
+    assert upgrade("__gpuops_upgrade_drain_scope", gpuops_upgrade_reboot="always")["pods"] == "all"
+    assert upgrade("__gpuops_upgrade_drain_scope", gpuops_upgrade_drain_pod_selector="app=x",
+                   __gpuops_upgrade_plan={**PLAN, "kernel_change": True}) == {"pods": "all", "pod_selector": "", "reboots": True}
+
+
+def test_a_resumed_upgrade_starts_again_the_units_the_failed_run_stopped():
+    node = {"metadata": {"annotations": {"gpuops.nvidia/driver-upgrade.stopped-units": "nvidia-persistenced,nvidia-fabricmanager"}}}
+    units = {"stdout_lines": ["inactive"] * 6}
+    assert upgrade("__gpuops_upgrade_running", __gpuops_upgrade_units=units) == []
+    assert upgrade("__gpuops_upgrade_running", __gpuops_upgrade_units=units, __gpuops_upgrade_node_object=node) == [
+        "nvidia-persistenced", "nvidia-fabricmanager"]
+
+
+@pytest.mark.parametrize(("with_reboot", "expected"), [(None, False), (False, False), (True, True)])
+def test_mig_reconfigure_drains_every_pod_where_the_mig_manager_may_reboot(with_reboot, expected):
+    overrides = {} if with_reboot is None else {"gpuops_mig_manager_with_reboot": with_reboot}
+    templar = role_templar(ROLES / "mig_reconfigure", **overrides)
+    assert templar.template(trust_as_template("{{ __gpuops_mig_reconfigure_drain_all }}")) is expected
