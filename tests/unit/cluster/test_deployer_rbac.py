@@ -58,7 +58,7 @@ def _grants(rules: list[dict]) -> set[tuple[str, str, str, str]]:
 
 def _holds(grants: set, right: tuple[str, str, str, str]) -> bool:
     group, resource, verb, name = right
-    return any((group, resource, v, n) in grants for v in (verb, "*") for n in {name, ""})
+    return any((group, resource, v, n) in grants for v in (verb, "*") for n in (name, ""))
 
 
 @pytest.fixture(scope="module")
