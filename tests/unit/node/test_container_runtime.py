@@ -67,8 +67,8 @@ def test_version_2_config_on_containerd_2_is_kept_with_a_warning():
     assert "converts it to version 3" in p["warnings"][0]
 
 
-@pytest.mark.parametrize(("version", "expected"), [((1, 6, 20), 2), ((1, 7, 27), 2), ((2, 0, 0), 3), ((2, 2, 7), 3),
-                                                  ((2, 3, 0), 4), ((2, 3, 7), 4), ((2, 4, 2), 4)])
+@pytest.mark.parametrize(("version", "expected"), [
+    ((1, 6, 20), 2), ((1, 7, 27), 2), ((2, 0, 0), 3), ((2, 2, 7), 3), ((2, 3, 0), 4), ((2, 3, 7), 4), ((2, 4, 2), 4)])
 def test_the_config_version_each_containerd_writes(version, expected):
     assert cr.expected_config_version(version) == expected
 
