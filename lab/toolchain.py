@@ -252,22 +252,26 @@ def build_kubernetes(log: Path) -> Path:
 
 
 def build_in_wrapper(src: Path, module: str, version: str, package: str, binary: Path, log: Path, *,
-                     go: str = "1.25", tags: str = "", go_sum: Path | None = None, env: dict[str, str] | None = None) -> None:
+                     go: str = "1.25", tags: str = "", go_sum: Path | None = None, env: dict[str, str] | None = None,
+                     ldflags: str = "-s -w", more: dict[str, Path] | None = None) -> None:
     """Build one package of a module through a wrapper module of ours, in src (made empty), into binary.
 
     For modules whose replace or exclude directives stop `go install pkg@version`, or whose package path this
     proxy refuses to look up as a module of its own. go_sum seeds the wrapper's go.sum (the module's own hashes,
-    for dependencies the checksum database here does not serve).
+    for dependencies the checksum database here does not serve). more: further packages of the module and their
+    binaries, built in the same wrapper.
     """
     name = src.name
     _empty_dir(src)
     (src / "go.mod").write_text(f"module {WRAPPER_MODULE}/{name}\n\ngo {go}\n\nrequire {module} {version}\n")
     if go_sum is not None:
         shutil.copyfile(go_sum, src / "go.sum")
-    (src / "tools.go").write_text(_tools_go([package]))
+    builds = {package: binary, **(more or {})}
+    (src / "tools.go").write_text(_tools_go(list(builds)))
     _go(["mod", "tidy"], src, log, f"resolving {name}", env=env)
-    _go(["build", "-trimpath", *(["-tags", tags] if tags else []), "-ldflags", "-s -w", "-o", str(binary), package],
-        src, log, f"building {name}", env=env)
+    for pkg, out in builds.items():
+        _go(["build", "-trimpath", *(["-tags", tags] if tags else []), "-ldflags", ldflags, "-o", str(out), pkg],
+            src, log, f"building {name} ({pkg.rsplit('/', 1)[-1]})", env=env)
 
 
 def build_etcd(log: Path) -> Path:

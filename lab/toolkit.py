@@ -10,7 +10,9 @@ host's network); the role installs from it exactly as from NVIDIA's.
 
 Served beside it under `tools/`: crictl (sigs.k8s.io/cri-tools), so tests can read CRI `info`, and CRI-O
 (github.com/cri-o/cri-o, with its pinns helper built from the module's C sources), whose other parts
-(conmon, crun) come from the distributions.
+(conmon, crun) come from the distributions; and containerd 2.3 (containerd, containerd-shim-runc-v2, ctr from
+github.com/containerd/containerd/v2), the first release with config version 4, which no distribution archive the
+lab reaches has: a machine installs its distribution's containerd (the unit, runc) and puts these in its place.
 Everything built is cached in <cache>/toolkit, keyed by version and recipe.
 """
 
@@ -43,6 +45,11 @@ CRIO_MODULE = "github.com/cri-o/cri-o"
 CRIO_VERSION = "v1.34.0"
 # Build tags that leave out what needs C libraries the lab does not install (gpgme, btrfs, devmapper).
 CRIO_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD_VERSION = "v2.3.7"
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+# Leave out the snapshotters that need C libraries (btrfs, devmapper, zfs are cgo-only or off without cgo anyway).
+CONTAINERD_TAGS = "no_btrfs no_devmapper no_zfs"
 # Bump when the package or repository layout changes, so the cache is rebuilt.
 RECIPE = 2
 PACKAGE = "nvidia-container-toolkit-base"
@@ -106,6 +113,25 @@ def build_crio(log: Path) -> Path:
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise LabError(f"building pinns failed: {res.stderr.strip()[-500:]}")
+    return _finish(tmp, final)
+
+
+def build_containerd(log: Path) -> Path:
+    """containerd, its runc shim and ctr from the Go module, static (CGO off), with the release's version string."""
+    final = toolkit_cache() / "bin" / f"containerd-{CONTAINERD_VERSION}"
+    if all((final / b).exists() for b in CONTAINERD_BINARIES):
+        return final
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    env = go_env()
+    info = json.loads(_go(["mod", "download", "-json", f"{CONTAINERD_MODULE}@{CONTAINERD_VERSION}"], tmp, log,
+                          f"fetching {CONTAINERD_MODULE} {CONTAINERD_VERSION}", env=env))
+    gomod = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], tmp, log, "reading containerd's go.mod", env=env))
+    ldflags = f"-s -w -X {CONTAINERD_MODULE}/version.Version={CONTAINERD_VERSION.lstrip('v')}"
+    first, *rest = CONTAINERD_BINARIES
+    build_in_wrapper(toolkit_cache() / "src" / f"containerd-{CONTAINERD_VERSION}", CONTAINERD_MODULE, CONTAINERD_VERSION,
+                     f"{CONTAINERD_MODULE}/cmd/{first}", tmp / first, log, go=gomod["Go"], tags=CONTAINERD_TAGS,
+                     go_sum=Path(info["Dir"]) / "go.sum", env=env, ldflags=ldflags,
+                     more={f"{CONTAINERD_MODULE}/cmd/{b}": tmp / b for b in rest})
     return _finish(tmp, final)
 
 
@@ -206,14 +232,15 @@ def release_file(files: dict[str, bytes]) -> str:
 
 def build_repo(progress=print) -> Path:
     """The signed flat repository (cached); returns its root, which holds gpgkey, <arch>/ and tools/."""
-    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-{CRIO_VERSION}-r{RECIPE}"
-    if (root / ARCH / "InRelease").exists() and (root / "tools/crio").exists():
+    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-{CRIO_VERSION}-{CONTAINERD_VERSION}-r{RECIPE}"
+    if (root / ARCH / "InRelease").exists() and (root / "tools/crio").exists() and (root / "tools/containerd").exists():
         return root
     log = toolkit_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     t0 = time.monotonic()
     binaries = build_binaries(log)
     crictl = build_crictl(log)
     crio = build_crio(log)
+    containerd = build_containerd(log)
     tmp = _empty_dir(root.with_name(root.name + ".tmp"))
     arch_dir = tmp / ARCH
     arch_dir.mkdir()
@@ -234,6 +261,8 @@ def build_repo(progress=print) -> Path:
     shutil.copy2(binaries / "nvidia-ctk", tmp / "tools/nvidia-ctk")
     for name in ("crio", "pinns"):
         shutil.copy2(crio / name, tmp / "tools" / name)
+    for name in CONTAINERD_BINARIES:
+        shutil.copy2(containerd / name, tmp / "tools" / name)
     progress(f"lab toolkit repository: built in {time.monotonic() - t0:.0f}s ({root})")
     return _finish(tmp, root)
 

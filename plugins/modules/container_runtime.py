@@ -12,7 +12,8 @@ version_added: 0.1.0
 description:
   - "containerd: reads the existing config (or C(containerd config default) when it has no runtime to copy
     from), the config version it is in and the one the installed containerd expects (1.6/1.7: version 2 with
-    the CRI plugin C(io.containerd.grpc.v1.cri); 2.x: version 3 with C(io.containerd.cri.v1.runtime)), and adds
+    the CRI plugin C(io.containerd.grpc.v1.cri); 2.0 to 2.2: version 3 with C(io.containerd.cri.v1.runtime);
+    2.3 and later: version 4, the same CRI plugin ids), and adds
     the runtime with C(runtime_type = io.containerd.runc.v2), C(options.BinaryName) the toolkit's runtime, and
     the options of the existing default runtime (so C(SystemdCgroup) survives)."
   - Either edits C(config.toml) in place, keeping every other key, comment and the order (tomlkit; the result

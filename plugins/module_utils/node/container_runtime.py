@@ -43,6 +43,8 @@ CDI_MIN = (1, 7, 0)
 # containerd before 2.1 merges an imported file's plugin section over the main file's by key (the whole
 # section is replaced, containerd issue #5837), so a drop-in for it carries a copy of the section.
 DEEP_MERGE_MIN = (2, 1, 0)
+# containerd 2.3 reads and writes config version 4 (and converts 2 and 3 when it starts).
+CONFIG_V4_MIN = (2, 3, 0)
 # A RuntimeClass handler must be a DNS-1123 label.
 RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -420,7 +422,13 @@ def config_version(data: Mapping) -> int | None:
 
 
 def expected_config_version(version: tuple[int, int, int]) -> int:
-    """The config version this containerd writes: 3 from 2.0 on, 2 for 1.x."""
+    """The config version this containerd writes: 4 from 2.3 on, 3 for 2.0 to 2.2, 2 for 1.x.
+
+    Version 4 moves the server settings ([grpc], [ttrpc], [debug], [metrics]) into plugins; the CRI plugins keep
+    version 3's ids, so the nvidia runtime is written the same way in both.
+    """
+    if version >= CONFIG_V4_MIN:
+        return 4
     return 3 if version >= (2, 0, 0) else 2
 
 

@@ -14,8 +14,11 @@ PLANTED = Path(__file__).parents[3] / "molecule/runtime/files"
 # `containerd config default`, recorded on the lab machines (Ubuntu 24.04, Debian 12).
 DEFAULT_22 = (RECORDED / "containerd-2.2.1-default.toml").read_text()
 DEFAULT_16 = (RECORDED / "containerd-1.6.20-default.toml").read_text()
+# containerd 2.3.7 built from its Go module (the lab's build), `containerd config default`: version 4.
+DEFAULT_23 = (RECORDED / "containerd-2.3.7-default.toml").read_text()
 V2 = (PLANTED / "planted-v2.toml").read_text()
 V3 = (PLANTED / "planted-v3.toml").read_text()
+V4 = (PLANTED / "planted-v4.toml").read_text()
 MAIN = "/etc/containerd/config.toml"
 DROP = "/etc/containerd/conf.d/99-nvidia.toml"
 NV = "/usr/bin/nvidia-container-runtime"
@@ -41,7 +44,8 @@ def runtimes(d: dict, plugin: str) -> dict:
 
 
 @pytest.mark.parametrize(("version", "text", "plugin"), [((2, 2, 1), V3, cr.CRI_V3_RUNTIME), ((1, 7, 12), V2, cr.CRI_V2),
-                                                         ((2, 2, 1), V2, cr.CRI_V2)])
+                                                         ((2, 2, 1), V2, cr.CRI_V2), ((2, 3, 7), V4, cr.CRI_V3_RUNTIME),
+                                                         ((2, 3, 7), V3, cr.CRI_V3_RUNTIME), ((2, 3, 7), V2, cr.CRI_V2)])
 def test_in_place_keeps_everything_and_copies_systemd_cgroup(version, text, plugin):
     p = plan(version, text)
     new = p["files"][MAIN]
@@ -61,6 +65,56 @@ def test_version_2_config_on_containerd_2_is_kept_with_a_warning():
     p = plan((2, 2, 1), V2)
     assert p["config_version"] == 2 and p["plugin"] == cr.CRI_V2
     assert "converts it to version 3" in p["warnings"][0]
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ((1, 6, 20), 2), ((1, 7, 27), 2), ((2, 0, 0), 3), ((2, 2, 7), 3), ((2, 3, 0), 4), ((2, 3, 7), 4), ((2, 4, 2), 4)])
+def test_the_config_version_each_containerd_writes(version, expected):
+    assert cr.expected_config_version(version) == expected
+
+
+@pytest.mark.parametrize(("text", "cfg"), [(V3, 3), (V2, 2)])
+def test_an_older_config_on_containerd_2_3_is_kept_with_a_warning(text, cfg):
+    p = plan((2, 3, 7), text)
+    assert p["config_version"] == cfg and data(p["files"][MAIN])["version"] == cfg
+    assert f"is a version {cfg} config; containerd 2.3.7 converts it to version 4 when it starts" in p["warnings"][0]
+
+
+def test_version_4_in_place_keeps_the_server_plugins():
+    p = plan((2, 3, 7), V4, set_as_default=True)
+    after = data(p["files"][MAIN])
+    assert p["config_version"] == 4 and p["warnings"] == [] and after["version"] == 4
+    assert after["plugins"]["io.containerd.server.v1.grpc"] == data(V4)["plugins"]["io.containerd.server.v1.grpc"]
+    assert after["plugins"][cr.CRI_V3_RUNTIME]["containerd"]["default_runtime_name"] == "nvidia"
+    assert again((2, 3, 7), p, V4, set_as_default=True)["files"] == {}
+
+
+@pytest.mark.parametrize(("text", "cfg"), [(V4, 4), (V3, 3), (V2, 2)])
+def test_drop_in_on_containerd_2_3_is_in_the_main_files_version(text, cfg):
+    p = plan((2, 3, 7), text, DEFAULT_23, drop_in_path=DROP)
+    drop, main = data(p["files"][DROP]), data(p["files"][MAIN])
+    assert drop["version"] == cfg and main["version"] == cfg
+    assert set(drop["plugins"]) == {p["plugin"]}
+    assert runtimes(drop, p["plugin"])["nvidia"]["options"] == {"SystemdCgroup": True, "BinaryName": NV}
+    assert main["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    assert again((2, 3, 7), p, text, DEFAULT_23, drop_in_path=DROP)["files"] == {}
+
+
+def test_no_config_on_containerd_2_3_is_written_as_version_4():
+    for drop_in in ("", DROP):
+        p = plan((2, 3, 7), None, DEFAULT_23, drop_in_path=drop_in)
+        written = data(p["files"][drop_in or MAIN])
+        assert written["version"] == 4 and p["config_version"] == 4
+        assert runtimes(written, cr.CRI_V3_RUNTIME)["nvidia"] == {
+            "runtime_type": "io.containerd.runc.v2", "sandboxer": "podsandbox", "options": {"BinaryName": NV}}
+        assert again((2, 3, 7), p, None, DEFAULT_23, drop_in_path=drop_in)["files"] == {}
+
+
+@pytest.mark.parametrize(("version", "reads"), [((2, 2, 7), 3), ((1, 7, 12), 2)])
+def test_version_4_config_before_containerd_2_3_is_refused(version, reads):
+    text = ".".join(map(str, version))
+    with pytest.raises(cr.ConfigError, match=rf"version 4 config, which containerd {text} does not read \(it reads version {reads} and older\)"):
+        plan(version, V4)
 
 
 def test_no_config_takes_options_from_containerd_defaults_without_zero_values():
@@ -168,6 +222,8 @@ def test_a_file_that_does_not_parse_is_reported_with_its_line():
 
 @pytest.mark.parametrize(("output", "version"), [
     ("containerd github.com/containerd/containerd/v2 2.2.1 ", (2, 2, 1)),
+    ("containerd github.com/containerd/containerd/v2 2.3.7 ", (2, 3, 7)),
+    ("containerd github.com/containerd/containerd/v2 2.3.7+unknown ", (2, 3, 7)),
     ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", (1, 6, 20)),
     ("containerd containerd.io v1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da", (1, 7, 27)),
 ])

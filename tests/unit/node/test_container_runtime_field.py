@@ -16,10 +16,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node import containe
 
 RECORDED = Path(__file__).parent / "recorded"
 FIELD = sorted((Path(__file__).parents[2] / "data/containerd-field").glob("*.toml"))
-DEFAULTS = {1: (RECORDED / "containerd-1.6.20-default.toml").read_text(), 2: (RECORDED / "containerd-2.2.1-default.toml").read_text()}
+# `containerd config default` of each version the plan runs on (1.7 plans with 1.6's: neither writes version 3).
+DEFAULTS = {(1, 6, 20): (RECORDED / "containerd-1.6.20-default.toml").read_text(),
+            (2, 2, 1): (RECORDED / "containerd-2.2.1-default.toml").read_text(),
+            (2, 3, 7): (RECORDED / "containerd-2.3.7-default.toml").read_text()}
+DEFAULTS[(1, 7, 12)] = DEFAULTS[(1, 6, 20)]
 MAIN = "/etc/containerd/config.toml"
 DROP = "/etc/containerd/conf.d/99-nvidia.toml"
-VERSIONS = [(1, 6, 20), (1, 7, 12), (2, 2, 1)]
+VERSIONS = sorted(DEFAULTS)
 NV = "/usr/bin/nvidia-container-runtime"
 
 
@@ -95,7 +99,7 @@ def test_a_field_config(path, drop_in, version):
     imports = node_imports(path.stem, main_before)
     companions = [data(t) for _p, t in imports if t is not None]
     before = effective(main_before, companions, version)
-    defaults = DEFAULTS[version[0]]
+    defaults = DEFAULTS[version]
     kw = {"version": version, "main_path": MAIN, "main_text": text, "defaults": lambda: defaults, "drop_in_path": drop_in,
           "drop_in_text": dict(imports).get(DROP) if drop_in else None, "imports": imports}
     expected_refusal = refusal(path.stem, main_before, version, drop_in)

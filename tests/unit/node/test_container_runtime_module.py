@@ -36,7 +36,7 @@ def node(tmp_path, monkeypatch):
         if argv[1:] == ["--version"]:
             return 0, version["out"], ""
         if argv[1:] == ["config", "default"]:
-            return 0, (RECORDED / "containerd-2.2.1-default.toml").read_text(), ""
+            return 0, (RECORDED / version.get("default", "containerd-2.2.1-default.toml")).read_text(), ""
         if argv[0].endswith("dpkg-query"):
             return 0, version["dpkg"], ""
         return 1, "", f"unexpected {argv}"
@@ -101,6 +101,35 @@ def test_no_config_asks_containerd_for_its_defaults(node):
     assert ["config", "default"] in calls
     assert 'sandboxer = "podsandbox"' in (etc / "containerd/config.toml").read_text()
     assert res["rollback"] == [{"path": str(etc / "containerd/config.toml"), "backup": "", "existed": False}]
+
+
+def test_containerd_2_3_takes_a_version_4_config_as_a_drop_in_and_in_place(node):
+    etc, run, _calls, version = node
+    version["out"] = "containerd github.com/containerd/containerd/v2 2.3.7 \n"
+    main, drop = etc / "containerd/config.toml", etc / "containerd/conf.d/99-nvidia.toml"
+    main.write_text((PLANTED / "planted-v4.toml").read_text())
+    res = run(toolkit_mode="cdi")
+    assert not res["failed"] and res["runtime_version"] == "2.3.7" and res["config_version"] == 4
+    assert drop.read_text().count("version = 4") == 1 and "imports = [" in main.read_text()
+    assert not run(toolkit_mode="cdi")["changed"]
+    # In place, and with no config at all: containerd 2.3's own defaults, written as version 4.
+    drop.unlink()
+    main.write_text((PLANTED / "planted-v4.toml").read_text())
+    res = run(toolkit_mode="cdi", drop_in="")
+    assert not res["failed"] and res["config_version"] == 4 and 'BinaryName = "/usr/bin/nvidia-container-runtime"' in main.read_text()
+    main.unlink()
+    version["default"] = "containerd-2.3.7-default.toml"
+    res = run(toolkit_mode="cdi", drop_in="")
+    assert not res["failed"] and res["config_version"] == 4 and main.read_text().count("version = 4") == 1
+
+
+def test_a_version_4_config_on_containerd_2_2_is_refused_before_writing(node):
+    etc, run, _calls, _version = node
+    main = etc / "containerd/config.toml"
+    main.write_text((PLANTED / "planted-v4.toml").read_text())
+    res = run(toolkit_mode="cdi")
+    assert res["failed"] and "is a version 4 config, which containerd 2.2.1 does not read (it reads version 3 and older)" in res["msg"]
+    assert main.read_text() == (PLANTED / "planted-v4.toml").read_text() and not (etc / "containerd/conf.d").exists()
 
 
 def test_cdi_on_containerd_16_is_refused_before_writing(node):
