@@ -319,8 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     cstatus.set_defaults(func=cmd_cluster_status)
     cbuild = csub.add_parser("build", help="build (or find in the cache) the control plane, etcd and KWOK binaries")
     cbuild.set_defaults(func=cmd_cluster_build)
-    cnode = csub.add_parser("node-build", help="build (or find in the cache) what a real node runs: the kubelet, the CNI plugins, "
-                                                "the pause image and NVIDIA's device plugin image")
+    node_help = "build (or find in the cache) what a real node runs: the kubelet, the CNI plugins, the pause and device plugin images"
+    cnode = csub.add_parser("node-build", help=node_help)
     cnode.set_defaults(func=cmd_cluster_node_build)
     ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
     ckube.set_defaults(func=cmd_cluster_kubeconfig)

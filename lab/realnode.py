@@ -113,8 +113,8 @@ def kubelet_kubeconfig(server: str, node: str) -> dict:
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": "lab",
         "clusters": [{"name": "lab", "cluster": {"server": server, "certificate-authority": f"{pki}/ca.crt"}}],
-        "users": [{"name": f"system:node:{node}", "user": {"client-certificate": f"{pki}/kubelet-client.crt",
-                                                            "client-key": f"{pki}/kubelet-client.key"}}],
+        "users": [{"name": f"system:node:{node}",
+                   "user": {"client-certificate": f"{pki}/kubelet-client.crt", "client-key": f"{pki}/kubelet-client.key"}}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": f"system:node:{node}"}}],
     }
 

@@ -237,7 +237,7 @@ def c_string(text: str) -> str:
     """text as a C string literal, one literal a line (C joins them): every byte that is not printable ASCII,
     and the quote, backslash and question mark (trigraphs), as an octal escape."""
     lines = text.encode().splitlines(keepends=True) or [b""]
-    safe = {b for b in range(0x20, 0x7F)} - set(b'"\\?')
+    safe = set(range(0x20, 0x7F)) - set(b'"\\?')
     return "\n".join('"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in line) + '"' for line in lines)
 
 
