@@ -200,8 +200,8 @@ checks: venv collection ## unit, lint and sanity side by side, their output prin
 	  for p in $$pids; do wait $$p || rc=1; done; \
 	  for s in $(CHECKS); do echo "==== $$s: .build/$$s.log ===="; cat .build/$$s.log; done; exit $$rc
 
-caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images, cluster binaries and toolkit repository
-	$(TIME) caches bash -c '$(LAB) image && $(LAB) cluster build && $(LAB) repo build'
+caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images, cluster binaries, real-node builds and toolkit repository
+	$(TIME) caches bash -c '$(LAB) image && $(LAB) cluster build && $(LAB) cluster node-build && $(LAB) repo build'
 
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \

@@ -20,6 +20,7 @@ from .errors import LabError
 from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
 from .inventory import write_inventory
 from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
+from .nodebuild import ensure_node_builds
 from .sim.hardware import profile_names
 from .toolchain import ensure_toolchain
 
@@ -178,6 +179,13 @@ def cmd_cluster_build(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster_node_build(_args: argparse.Namespace) -> int:
+    builds = ensure_node_builds()
+    for path in (builds.kubelet, builds.cni_bin, builds.pause_archive, builds.device_plugin_archive):
+        print(path)
+    return 0
+
+
 def cmd_cluster_kubeconfig(args: argparse.Namespace) -> int:
     print(_cluster(args).kubeconfig)
     return 0
@@ -311,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     cstatus.set_defaults(func=cmd_cluster_status)
     cbuild = csub.add_parser("build", help="build (or find in the cache) the control plane, etcd and KWOK binaries")
     cbuild.set_defaults(func=cmd_cluster_build)
+    node_help = "build (or find in the cache) what a real node runs: the kubelet, the CNI plugins, the pause and device plugin images"
+    cnode = csub.add_parser("node-build", help=node_help)
+    cnode.set_defaults(func=cmd_cluster_node_build)
     ckube = csub.add_parser("kubeconfig", help="print the kubeconfig path")
     ckube.set_defaults(func=cmd_cluster_kubeconfig)
 

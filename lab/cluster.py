@@ -106,6 +106,8 @@ def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
 # The cluster's etcd keeps nothing worth keeping: no fsync, whose waits on a disk busy with the machines' builds
 # made etcd miss its request deadline (5 s plus two election timeouts) during the thousand-node create; and a
 # longer election timeout, which a single member never holds an election for past its start, for a longer deadline.
+# KWOK manages only the nodes the lab creates for it (annotated kwok.x-k8s.io/node=fake, see node_manifest): kwokctl
+# starts it managing every node, which made a real kubelet's Node Ready with KWOK's heartbeats (issue 61).
 KWOKCTL_CONFIG = """\
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -118,6 +120,12 @@ componentsPatches:
     value: "true"
   - key: election-timeout
     value: "5000"
+- name: kwok-controller
+  extraArgs:
+  - key: manage-all-nodes
+    value: "false"
+  - key: manage-nodes-with-annotation-selector
+    value: kwok.x-k8s.io/node=fake
 """
 
 # What the API server answers when its backend is slow rather than when the request is wrong.

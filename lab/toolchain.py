@@ -39,8 +39,10 @@ NFD_VERSION = "v0.19.0"
 NFD_MODULE = "sigs.k8s.io/node-feature-discovery"
 NFD_CRDS = "deployment/base/nfd-crds/nfd-api-crds.yaml"
 # Bump a recipe when the way a component is built changes, so cached binaries are rebuilt.
-RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1, "nfd": 1}
+RECIPES = {"kubernetes": 1, "etcd": 1, "kwok": 1, "nfd": 1, "kubelet": 1}
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# What the lab's real node runs of the release (lab/nodebuild.py builds the rest of the node).
+NODE_BINARIES = ("kubelet",)
 WRAPPER_MODULE = "gpuops.invalid/lab"
 # Retries of a go command whose download failed on the network (the module cache keeps what did arrive).
 GO_RETRY = Backoff(attempts=4, first=2.0, cap=30.0)
@@ -229,26 +231,55 @@ def _check_version(binary: Path, expect: str) -> None:
         raise LabError(f"{binary} --version printed {(res.stdout + res.stderr).strip()!r}, expected {expect}")
 
 
-def build_kubernetes(log: Path) -> Path:
-    final = _bin_dir("kubernetes", KUBERNETES_VERSION)
-    if all((final / b).exists() for b in KUBE_BINARIES):
-        return final
+def _kubernetes_wrapper(log: Path) -> tuple[Path, dict, dict]:
+    """The wrapper module of k8s.io/kubernetes at KUBERNETES_VERSION (made afresh), the proxy's answer for the
+    release (`go mod download -json`: its Dir, Info) and the release's .info (its commit time and commit)."""
     src = _empty_dir(cluster_cache() / "src" / f"kubernetes-{KUBERNETES_VERSION}")
     info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], src, log,
                           f"fetching k8s.io/kubernetes {KUBERNETES_VERSION}"))
     upstream = json.loads(_go(["mod", "edit", "-json", info["GoMod"]], src, log, "reading the kubernetes go.mod"))
     (src / "go.mod").write_text(kubernetes_wrapper_gomod(upstream, KUBERNETES_VERSION))
-    (src / "tools.go").write_text(_tools_go([f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]))
+    # Every command the lab builds from the release, so one tidy serves each build.
+    (src / "tools.go").write_text(_tools_go([f"k8s.io/kubernetes/cmd/{b}" for b in (*KUBE_BINARIES, *NODE_BINARIES)]))
     _go(["mod", "tidy"], src, log, f"resolving kubernetes {KUBERNETES_VERSION}")
     # The proxy's .info has the release's commit time (and, from some proxies, its commit).
     release = json.loads(Path(info["Info"]).read_text())
+    return src, info, release
+
+
+def _build_kubernetes_commands(name: str, binaries: tuple[str, ...], log: Path) -> Path:
+    final = _bin_dir(name, KUBERNETES_VERSION)
+    if all((final / b).exists() for b in binaries):
+        return final
+    src, _info, release = _kubernetes_wrapper(log)
     commit = (release.get("Origin") or {}).get("Hash", "")
     tmp = _empty_dir(final.with_name(final.name + ".tmp"))
     _go(["build", "-trimpath", "-tags", "selinux,notest", "-ldflags", version_ldflags(KUBERNETES_VERSION, release["Time"], commit),
-         "-o", str(tmp) + "/", *[f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]],
-        src, log, f"building kubernetes {KUBERNETES_VERSION}")
-    _check_version(tmp / "kube-apiserver", f"Kubernetes {KUBERNETES_VERSION}")
+         "-o", str(tmp) + "/", *[f"k8s.io/kubernetes/cmd/{b}" for b in binaries]],
+        src, log, f"building {', '.join(binaries)} {KUBERNETES_VERSION}")
+    _check_version(tmp / binaries[0], f"Kubernetes {KUBERNETES_VERSION}")
     return _finish(tmp, final)
+
+
+def build_kubernetes(log: Path) -> Path:
+    """The control plane's commands."""
+    return _build_kubernetes_commands("kubernetes", KUBE_BINARIES, log)
+
+
+def build_kubelet(log: Path) -> Path:
+    """The kubelet of the lab's real node, from the same release as the control plane (a directory of its own,
+    so a control plane already built is not rebuilt)."""
+    return _build_kubernetes_commands("kubelet", NODE_BINARIES, log)
+
+
+def kubernetes_source(log: Path) -> Path:
+    """The release's source tree in the module cache (read-only): what the lab builds from besides Go (the pause
+    container's C source)."""
+    where = cluster_cache()
+    where.mkdir(parents=True, exist_ok=True)
+    info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{KUBERNETES_VERSION}"], where, log,
+                          f"fetching k8s.io/kubernetes {KUBERNETES_VERSION}"))
+    return Path(info["Dir"])
 
 
 def build_in_wrapper(src: Path, module: str, version: str, package: str, binary: Path, log: Path, *,

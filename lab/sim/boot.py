@@ -23,7 +23,7 @@ boot, before sshd. It uses the machine's own tools and files: what a real boot w
   proc/driver/nvidia/version (what Fabric Manager checks itself against), and the fake NVML reports that
   version (driver_version, nvml_version), as the real library reports the loaded module's. The stand-in driver
   root that nvidia-ctk reads (driver/usr/lib/...) follows too: libcuda.so.<version> and libnvidia-ml.so.<version>,
-  the other versions' names gone, as a driver package swap leaves them. Its other answers stay the profile's: the
+  the other versions' names gone and the .so.1 links pointing at the new ones, as a driver package swap leaves them. Its other answers stay the profile's: the
   real daemons that would talk to the module (nvidia-persistenced) cannot run here.
 
 Run as `python3 /opt/gpuops-lab/boot.py [HARDWARE_ROOT]`; stdlib only, Python 3.10 or later (Ubuntu 22.04 has 3.10).
@@ -234,10 +234,11 @@ def follow_driver_root(lib: str, version: str) -> None:
     nvml = os.path.join(lib, f"libnvidia-ml.so.{version}")
     if not os.path.lexists(nvml):
         os.symlink("../../../../nvml/libnvidia-ml.so.1", nvml)
-    link = os.path.join(lib, "libcuda.so.1")
-    if os.path.lexists(link):
-        os.unlink(link)
-    os.symlink(f"libcuda.so.{version}", link)
+    for name in ("libcuda", "libnvidia-ml"):
+        link = os.path.join(lib, f"{name}.so.1")
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(f"{name}.so.{version}", link)
 
 
 def nvml_version(driver: str, conf_lines: list) -> str:

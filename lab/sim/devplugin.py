@@ -164,6 +164,9 @@ class Simulator:
         self.profiles: dict[str, dict | None] = {}
         self.labels: dict[str, str | None] = {}  # node -> its nvidia.com/device-plugin.config
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        # Nodes without the lab's profile annotation: real nodes, which the stand-ins leave alone (only KWOK nodes
+        # carry it).
+        self.real: dict[str, bool] = {}
         self.lock = threading.RLock()
 
     def _profile(self, node: str) -> dict | None:
@@ -172,6 +175,7 @@ class Simulator:
             meta = self.api.read_node(node).metadata
             name = (meta.annotations or {}).get(PROFILE_ANNOTATION)
             self.profiles[node] = load_profile(name) if name else None
+            self.real[node] = name is None
             self.labels[node] = (meta.labels or {}).get(CONFIG_LABEL)
             self.mig_label.setdefault(node, (meta.labels or {}).get(migmgr.MIG_CONFIG))
             self.mig_fail.setdefault(node, (meta.annotations or {}).get(migmgr.FAIL_ANNOTATION) == "true")
@@ -269,6 +273,9 @@ class Simulator:
             self.sync(node)
 
     def sync(self, node: str) -> None:
+        self._profile(node)
+        if self.real.get(node):
+            return  # a real node (a kubelet joined to the lab cluster): its own device plugin, GFD and MIG manager act
         self.sync_mig(node)
         self.sync_plugin(node)
         self.sync_gfd(node)

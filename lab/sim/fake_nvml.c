@@ -12,6 +12,7 @@
  *                        whose kernel module is not loaded)
  *   driver_version=550.54.15  nvml_version=12.550.54.15  cuda_version=12040
  *   gpu=INDEX|UUID|NAME|BUS_ID|PCI_DEVICE_ID|SUBSYS_ID|MEMORY_MIB|CC_MAJOR|CC_MINOR|PERSISTENCE|MIG_CAPABLE|MIG_CURRENT|MIG_PENDING
+ *   gpu=...|MIG_PENDING|NUMA  (optional: the GPU's NUMA node, for the topology calls; 0 without it)
  *   profile=GPU_INDEX|PROFILE|ID|SLICES|INSTANCES|SMS|CE|DEC|ENC|JPEG|OFA|MEMORY_MB|NAME
  *   profile=...|NAME|PLACEMENTS  (optional: "0,2,4/2", the starts and size of the profile's
  *                        placements among the GPU's memory slices; without it, size = SLICES and
@@ -33,6 +34,21 @@
  * STATUS an nvmlReturn_t, 0 for success). Without the file the GPUs have no fabric (NOT_SUPPORTED). The
  * lab writes it from the profile, and its Fabric Manager stand-in moves it to "completed 0".
  *
+ * A copy of this library with no nvml.conf beside it (what a container runtime injects: the library file alone)
+ * reads the configuration compiled into it, when it was built with one (FAKE_NVML_BUILTIN_CONF, a header
+ * lab/sim/hardware.py generates: build_fake_nvml(cache, builtin_conf)); without either, nvmlInit fails.
+ *
+ * nvmlInit counts: every nvmlInit needs its nvmlShutdown, and only the last one shuts NVML down, as in the
+ * real library (a device plugin's health checker and its allocator each hold NVML open).
+ *
+ * Events: the calls a device plugin's health check makes work, on every GPU, for the event types a data
+ * center GPU supports; the lab's GPUs raise none, so a wait always times out (NVML_ERROR_TIMEOUT) after
+ * its timeout.
+ *
+ * Topology: two GPUs' common ancestor is the GPU itself (INTERNAL), the NUMA node when both sit on the same
+ * one (gpu= lines' optional NUMA field), else the system. NVLink is not simulated to NVML's callers: every
+ * link's state is NOT_SUPPORTED, as on a PCIe GPU, so an allocator places GPUs by PCIe/NUMA distance only.
+ *
  * Handles: a GPU handle points at its struct fake_gpu; a MIG device and its GPU instance are each a
  * struct handle inside the struct fake_mig, so every handle can say what it is and which device it
  * belongs to, and a handle of the wrong kind is refused.
@@ -41,10 +57,12 @@
 #include <dirent.h>
 #include <stddef.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int nvmlReturn_t;
@@ -56,6 +74,7 @@ enum {
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
     NVML_ERROR_IN_USE = 19,
     NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
     NVML_ERROR_UNKNOWN = 999,
@@ -120,7 +139,7 @@ typedef struct {
     nvmlPlacement_t placement;
 } nvmlGpuInstanceInfo_t;
 
-enum handle_kind { KIND_GPU = 0x67707521, KIND_MIG, KIND_GI, KIND_CI };
+enum handle_kind { KIND_GPU = 0x67707521, KIND_MIG, KIND_GI, KIND_CI, KIND_EVENT_SET };
 
 struct fake_mig;
 struct handle {
@@ -140,7 +159,7 @@ struct fake_mig {
 struct fake_gpu {
     unsigned int kind;
     char uuid[96], name[96], bus_id[32];
-    unsigned int pci_device_id, subsys_id, cc_major, cc_minor, persistence, mig_capable, mig_current, mig_pending;
+    unsigned int pci_device_id, subsys_id, cc_major, cc_minor, persistence, mig_capable, mig_current, mig_pending, numa;
     unsigned long long memory_mib;
     struct fake_profile profiles[MAX_PROFILES];
     struct fake_mig migs[MAX_MIG];
@@ -148,7 +167,8 @@ struct fake_gpu {
 
 static struct fake_gpu gpus[MAX_GPUS];
 static unsigned int gpu_count;
-static int driver_loaded = 1, initialised;
+static int driver_loaded = 1;
+static unsigned int initialised;  /* how many nvmlInit calls have not had their nvmlShutdown yet */
 static char driver_version[80] = "", nvml_version[80] = "";
 static int cuda_version;
 
@@ -168,8 +188,9 @@ static int split_fields(char *value, char **fields, int max) {
 }
 
 static void parse_gpu(char *value) {
-    char *f[13];
-    if (split_fields(value, f, 13) != 13) return;
+    char *f[14];
+    int n = split_fields(value, f, 14);
+    if (n < 13) return;
     unsigned int i = (unsigned int)atoi(f[0]);
     if (i >= MAX_GPUS) return;
     struct fake_gpu *g = &gpus[i];
@@ -185,6 +206,7 @@ static void parse_gpu(char *value) {
     g->mig_capable = (unsigned int)atoi(f[10]);
     g->mig_current = (unsigned int)atoi(f[11]);
     g->mig_pending = (unsigned int)atoi(f[12]);
+    g->numa = n == 14 ? (unsigned int)atoi(f[13]) : 0;
     if (i + 1 > gpu_count) gpu_count = i + 1;
 }
 
@@ -296,8 +318,15 @@ static void read_lines(FILE *fp, int state) {
     }
 }
 
+#ifdef FAKE_NVML_BUILTIN_CONF
+#include FAKE_NVML_BUILTIN_CONF  /* defines builtin_conf[], the configuration of the machine it was built for */
+#else
+static const char builtin_conf[] = "";
+#endif
+
 static int load_profile(void) {
     FILE *fp = open_beside("nvml.conf");
+    if (!fp && builtin_conf[0]) fp = fmemopen((void *)builtin_conf, strlen(builtin_conf), "r");
     if (!fp) return -1;
     memset(gpus, 0, sizeof gpus);
     gpu_count = 0;
@@ -389,12 +418,13 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     if (load_profile() != 0) return NVML_ERROR_UNKNOWN;
     if (!driver_loaded) return NVML_ERROR_DRIVER_NOT_LOADED;
-    initialised = 1;
+    initialised++;
     return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
-nvmlReturn_t nvmlShutdown(void) { NEED_INIT(); initialised = 0; return NVML_SUCCESS; }
+/* Only the last nvmlShutdown shuts NVML down. */
+nvmlReturn_t nvmlShutdown(void) { NEED_INIT(); initialised--; return NVML_SUCCESS; }
 
 const char *nvmlErrorString(nvmlReturn_t result) {
     switch (result) {
@@ -404,6 +434,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
     default: return "Unknown Error";
     }
 }
@@ -876,4 +907,89 @@ nvmlReturn_t nvmlComputeInstanceDestroy(void *h) {
     m->ci_id = 0;
     m->uuid[0] = '\0';
     return save_state();
+}
+
+/* Topology: nvmlGpuTopologyLevel_t. */
+enum { TOPOLOGY_INTERNAL = 0, TOPOLOGY_NODE = 40, TOPOLOGY_SYSTEM = 50 };
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void *h1, void *h2, unsigned int *path) {
+    NEED_GPU(h1);
+    NEED_GPU(h2);
+    if (!path) return NVML_ERROR_INVALID_ARGUMENT;
+    if (h1 == h2) *path = TOPOLOGY_INTERNAL;
+    else *path = GPU(h1)->numa == GPU(h2)->numa ? TOPOLOGY_NODE : TOPOLOGY_SYSTEM;
+    return NVML_SUCCESS;
+}
+
+/* NVLink is not simulated to NVML's callers (see the top of this file). */
+nvmlReturn_t nvmlDeviceGetNvLinkState(void *h, unsigned int link, unsigned int *active) {
+    NEED_GPU(h);
+    (void)link;
+    if (!active) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* Events: nvmlEventType* bits a data center GPU supports: single- and double-bit ECC errors, P-state
+ * changes, critical Xid errors, clock changes. */
+#define SUPPORTED_EVENTS 0x1fULL
+
+typedef struct {
+    void *device;
+    unsigned long long eventType, eventData;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+struct fake_event_set {
+    unsigned int kind;
+    unsigned long long registered[MAX_GPUS];
+};
+
+static struct fake_event_set *event_set(void *set) {
+    struct fake_event_set *es = set;
+    return es && es->kind == KIND_EVENT_SET ? es : NULL;
+}
+
+nvmlReturn_t nvmlEventSetCreate(void **set) {
+    NEED_INIT();
+    if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+    struct fake_event_set *es = calloc(1, sizeof *es);
+    if (!es) return NVML_ERROR_UNKNOWN;
+    es->kind = KIND_EVENT_SET;
+    *set = es;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(void *h, unsigned long long *types) {
+    NEED_GPU(h);
+    if (!types) return NVML_ERROR_INVALID_ARGUMENT;
+    *types = SUPPORTED_EVENTS;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(void *h, unsigned long long types, void *set) {
+    NEED_GPU(h);
+    struct fake_event_set *es = event_set(set);
+    if (!es) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~SUPPORTED_EVENTS) return NVML_ERROR_NOT_SUPPORTED;
+    es->registered[GPU(h) - gpus] |= types;
+    return NVML_SUCCESS;
+}
+
+/* The lab's GPUs raise no events: every wait lasts its timeout and times out. */
+nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    NEED_INIT();
+    if (!event_set(set) || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec left = {timeoutms / 1000, (long)(timeoutms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) continue;  /* a signal cut it short: sleep the rest */
+    return NVML_ERROR_TIMEOUT;
+}
+nvmlReturn_t nvmlEventSetWait(void *set, nvmlEventData_t *data, unsigned int timeoutms) { return nvmlEventSetWait_v2(set, data, timeoutms); }
+
+nvmlReturn_t nvmlEventSetFree(void *set) {
+    NEED_INIT();
+    struct fake_event_set *es = event_set(set);
+    if (!es) return NVML_ERROR_INVALID_ARGUMENT;
+    es->kind = 0;
+    free(es);
+    return NVML_SUCCESS;
 }

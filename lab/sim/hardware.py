@@ -10,7 +10,9 @@ real device ids; `write_hardware` writes, under a directory the module is told t
   nvml/fabric                               (the GPUs' NVLink fabric state, when the profile has `fabric`)
   sys/.../<bdf>/vpd                          (SW_MNG for the NVLink5 switch bridges, `switch_bridges`)
   driver/                                   (a driver root for nvidia-ctk, when a driver is "loaded"):
-      usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> and .so.1 -> the fake NVML,
+      usr/lib/x86_64-linux-gnu/libnvidia-ml.so.<version> -> the fake NVML, and libnvidia-ml.so.1 ->
+      libnvidia-ml.so.<version> beside it (relative, as a driver package lays it out: nvidia-ctk's CDI
+      spec recreates that link in a container, where a link out of the driver root would dangle),
       usr/lib/x86_64-linux-gnu/libcuda.so.<version> and usr/bin/nvidia-smi (empty stand-ins: nvidia-ctk
       only locates them), dev/nvidia<N>, dev/nvidiactl, dev/nvidia-uvm (character devices, made as root)
 
@@ -207,6 +209,7 @@ def nvml_conf(profile: dict, machine: str) -> str:
         cc_major, _sep, cc_minor = str(gpus["compute_capability"]).partition(".")
         sub_vendor, _sep, sub_device = gpus.get("subsystem", "10de:0000").partition(":")
         mig_enabled = gpus.get("mig_enabled") or []
+        numa = gpus.get("numa") or [0] * len(gpus["bus_ids"])
         for i, bdf in enumerate(gpus["bus_ids"]):
             domain, rest = bdf.split(":", 1)
             enabled = 1 if i < len(mig_enabled) and mig_enabled[i] else 0
@@ -214,7 +217,7 @@ def nvml_conf(profile: dict, machine: str) -> str:
                 # NVML writes the bus id with an eight-digit domain, in upper case.
                 i, gpu_uuid(machine, i), gpus["name"], f"{int(domain, 16):08X}:{rest.upper()}",
                 f"{gpus['device_id']}10de", f"{sub_device}{sub_vendor}", gpus["memory_mib"], cc_major, cc_minor or 0,
-                1, 1 if gpus.get("mig_capable") else 0, enabled, enabled,
+                1, 1 if gpus.get("mig_capable") else 0, enabled, enabled, numa[i],
             ]
             lines.append("gpu=" + "|".join(str(f) for f in fields))
             for entry in gpus.get("mig_profiles") or []:
@@ -230,9 +233,20 @@ def nvml_conf(profile: dict, machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_fake_nvml(cache: Path) -> Path:
-    """Compile the fake NVML once per source version; return the cached library."""
-    digest = hashlib.sha256(FAKE_NVML_SOURCE.read_bytes()).hexdigest()[:12]
+def c_string(text: str) -> str:
+    """text as a C string literal, one literal a line (C joins them): every byte that is not printable ASCII,
+    and the quote, backslash and question mark (trigraphs), as an octal escape."""
+    lines = text.encode().splitlines(keepends=True) or [b""]
+    safe = set(range(0x20, 0x7F)) - set(b'"\\?')
+    return "\n".join('"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in line) + '"' for line in lines)
+
+
+def build_fake_nvml(cache: Path, builtin_conf: str = "") -> Path:
+    """Compile the fake NVML once per source version (and compiled-in configuration); return the cached library.
+
+    builtin_conf, an nvml.conf's text, is compiled in: what a copy of the library with no nvml.conf beside it
+    answers from (a container runtime injects the library file alone)."""
+    digest = hashlib.sha256(FAKE_NVML_SOURCE.read_bytes() + b"\0" + builtin_conf.encode()).hexdigest()[:12]
     lib = cache / f"fake-nvml-{digest}" / "libnvidia-ml.so.1"
     if lib.exists():
         return lib
@@ -240,8 +254,13 @@ def build_fake_nvml(cache: Path) -> Path:
         raise LabError("gcc not found: the lab builds its simulated NVML library with it ('make lab-deps')")
     lib.parent.mkdir(parents=True, exist_ok=True)
     tmp = lib.with_suffix(".tmp")
+    define = []
+    if builtin_conf:
+        header = lib.with_name("builtin_conf.h")
+        header.write_text(f"static const char builtin_conf[] =\n{c_string(builtin_conf)};\n")
+        define = [f'-DFAKE_NVML_BUILTIN_CONF="{header}"']
     res = subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o", str(tmp), str(FAKE_NVML_SOURCE), "-ldl"],
+        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *define, "-o", str(tmp), str(FAKE_NVML_SOURCE), "-ldl"],
         capture_output=True, text=True, check=False,
     )
     if res.returncode != 0:
@@ -299,8 +318,8 @@ def write_driver_root(root: Path, version: str, gpu_count: int) -> None:
     """What `nvidia-ctk cdi generate --driver-root --dev-root` needs to find of a driver, for the fake NVML."""
     lib = root / "usr/lib/x86_64-linux-gnu"
     lib.mkdir(parents=True)
-    for name in (f"libnvidia-ml.so.{version}", "libnvidia-ml.so.1"):
-        (lib / name).symlink_to("../../../../nvml/libnvidia-ml.so.1")
+    (lib / f"libnvidia-ml.so.{version}").symlink_to("../../../../nvml/libnvidia-ml.so.1")
+    (lib / "libnvidia-ml.so.1").symlink_to(f"libnvidia-ml.so.{version}")
     (lib / f"libcuda.so.{version}").write_bytes(b"")
     (lib / "libcuda.so.1").symlink_to(f"libcuda.so.{version}")
     smi = root / "usr/bin/nvidia-smi"

@@ -186,3 +186,16 @@ def test_a_backend_that_stays_slow_gives_up_naming_the_reason(tmp_path, monkeypa
 ])
 def test_which_api_errors_are_worth_another_try(text, reason):
     assert transient_api_error(LabError(text)) == reason
+
+
+def test_kwok_manages_only_the_nodes_the_lab_made_for_it():
+    # A real node (a kubelet joined to the lab cluster) must be left alone: seen taken over, Ready with KWOK's heartbeats.
+    import yaml
+
+    from lab.cluster import KWOKCTL_CONFIG, NodeSpec, node_manifest
+
+    (config,) = yaml.safe_load_all(KWOKCTL_CONFIG)
+    (kwok,) = [p for p in config["componentsPatches"] if p["name"] == "kwok-controller"]
+    args = {a["key"]: a["value"] for a in kwok["extraArgs"]}
+    assert args == {"manage-all-nodes": "false", "manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake"}
+    assert node_manifest(NodeSpec("n", "hgx-h100"))["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"

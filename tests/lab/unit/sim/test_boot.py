@@ -184,6 +184,10 @@ def test_the_module_found_becomes_the_loaded_driver(hgx):
     assert sorted(p.name for p in lib.iterdir()) == names
     assert (lib / "libcuda.so.1").resolve() == (lib / "libcuda.so.580.126.20").resolve()
     assert (lib / "libnvidia-ml.so.580.126.20").resolve() == (hw / "nvml/libnvidia-ml.so.1").resolve()
+    # The .so.1 name links to the versioned one beside it, as a driver package has it: nvidia-ctk's CDI spec
+    # recreates that link inside a container, where a link out of the driver root would dangle.
+    assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.580.126.20"
+    assert os.readlink(lib / "libcuda.so.1") == "libcuda.so.580.126.20"
 
 
 def test_a_blacklisted_nvidia_module_leaves_the_profiles_driver(hgx):

@@ -110,3 +110,24 @@ def test_the_lab_and_the_collection_agree_on_the_layout_a_config_gives(info_of, 
     lab = advertised(migmgr.apply(load_profile("a100-pcie-mig"), CONFIGS, name), "mixed")
     nodes = cluster_nodes(["a100"], {"a100": {"gpuops_gpu_info": info_of("a100-pcie-mig")}}, {"gpuops_device_plugin_config": ""})
     assert expected_allocatable(nodes, "mixed", {}, "", mig_applied={"a100": CONFIGS[name]})["a100"] == lab
+
+
+class RealNodes(FakeNodes):
+    """A node without the lab's profile annotation: a kubelet joined to the lab cluster (issue 61)."""
+
+    def read_node(self, name):
+        node = super().read_node(name)
+        node.metadata.annotations = {}
+        return node
+
+
+def test_the_stand_ins_leave_a_real_node_alone():
+    parted = {"config.yaml": yaml.safe_dump({"version": "v1", "mig-configs": CONFIGS})}
+    api = RealNodes({"real-1": "a100-pcie-mig"}, labels={"real-1": {"nvidia.com/mig.config": "all-1g.10gb"}},
+                    configmaps={("gpu", "parted"): parted})
+    sim = Simulator(api)
+    sim.observe(_plugin("p1", "real-1"))
+    sim.observe(_manager("m1", "real-1"))
+    sim.node_changed(_obj(metadata=_obj(name="real-1", labels={"nvidia.com/mig.config": "all-disabled"}, annotations={})))
+    # Its own device plugin advertises and its own MIG manager sets the state: the stand-ins write nothing.
+    assert api.patches == [] and api.states == []
