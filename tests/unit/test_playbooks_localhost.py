@@ -1,0 +1,55 @@
+"""The playbooks as a user first meets them, on this machine and the ansible-core running the tests: `make unit` runs
+them on requirements.txt's, `make min-ansible` on the lowest the collection claims (meta/runtime.yml). Every playbook
+parses, and node.yml runs through in check mode against localhost (no GPU here: the roles' paths for a node with
+nothing to do, where a template that gives None gave the string "None" before ansible-core 2.19)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
+
+
+@pytest.fixture
+def localhost(tmp_path: Path) -> Path:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    return inventory
+
+
+def test_the_claimed_ansible_core_is_the_one_tested():
+    """meta/runtime.yml's floor is the version tests/min-ansible/requirements.txt pins (what `make min-ansible` runs)."""
+    claimed = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["requires_ansible"]
+    pins = [line.split("==", 1)[1].strip() for line in (REPO / "tests/min-ansible/requirements.txt").read_text().splitlines()
+            if line.startswith("ansible-core==")]
+    assert claimed == f">={pins[0]}"
+
+
+@pytest.mark.parametrize("name", PLAYBOOKS)
+def test_every_playbook_parses(name, localhost):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", str(localhost), str(REPO / "playbooks" / name)],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def test_node_yml_runs_through_in_check_mode_on_a_node_without_gpus(localhost):
+    # The driver container's method and no toolkit: nothing here depends on this machine's kernels or runtime.
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
+    assert "failed=0" in res.stdout
