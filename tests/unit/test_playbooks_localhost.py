@@ -53,3 +53,39 @@ def test_node_yml_runs_through_in_check_mode_on_a_node_without_gpus(localhost):
                          capture_output=True, text=True, env=env(), timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     assert "failed=0" in res.stdout
+
+
+KUBECONFIG = {"apiVersion": "v1", "kind": "Config", "current-context": "x",
+              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+              "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}
+
+
+def cluster_run(tmp_path: Path, user: dict, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """cluster.yml in check mode with no GPU node, against a server that refuses connections (port 1)."""
+    kubeconfig, inventory = tmp_path / "kubeconfig", tmp_path / "empty.yml"
+    kubeconfig.write_text(yaml.safe_dump({**KUBECONFIG, "users": [{"name": "u", "user": user}]}))
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {}}}}}))
+    return subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(inventory), str(REPO / "playbooks/cluster.yml"),
+                           "-e", f"gpuops_cluster_kubeconfig={kubeconfig}"],
+                          capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=300, check=False)
+
+
+def test_a_refused_connection_names_the_server_and_no_empty_group_is_warned_of(tmp_path):
+    res = cluster_run(tmp_path, {"token": "abc"})
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert "cannot reach the API server https://127.0.0.1:1 of gpuops_cluster_kubeconfig" in out, out[-3000:]
+    assert "Could not match supplied host pattern" not in out
+
+
+def test_a_missing_kubernetes_library_is_named_not_called_an_unreachable_server(tmp_path):
+    # An exec user is a connection only the kubernetes client makes; here it cannot be imported.
+    stub = tmp_path / "stub"
+    (stub / "kubernetes").mkdir(parents=True)
+    (stub / "kubernetes/__init__.py").write_text("raise ImportError('no kubernetes here')\n")
+    res = cluster_run(tmp_path, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}},
+                      {"PYTHONPATH": str(stub)})
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert "the kubernetes Python library is not installed" in out, out[-3000:]
+    assert "cannot reach the API server" not in out
