@@ -89,3 +89,17 @@ def test_a_missing_kubernetes_library_is_named_not_called_an_unreachable_server(
     assert res.returncode != 0
     assert "the kubernetes Python library is not installed" in out, out[-3000:]
     assert "cannot reach the API server" not in out
+
+
+@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+def test_a_root_without_a_kernel_is_a_preflight_blocker_not_a_refusal_after_it(localhost):
+    """On a machine without a kernel under /lib/modules (a container) the driver role would refuse its plan: the preflight
+    stops the run first, and never says "Nothing blocks the install"."""
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_node_container_toolkit=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "BLOCKER no_kernel_installed" in out, out[-3000:]
+    assert "Nothing blocks the install" not in out
+    assert "Plan the driver" not in out
