@@ -5,6 +5,7 @@ nothing to do, where a template that gives None gave the string "None" before an
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,28 @@ def test_a_root_without_a_kernel_is_a_preflight_blocker_not_a_refusal_after_it(l
     assert "BLOCKER no_kernel_installed" in out, out[-3000:]
     assert "Nothing blocks the install" not in out
     assert "Plan the driver" not in out
+
+
+def test_the_run_s_summary_is_written_to_gpuops_report_path(localhost, tmp_path):
+    report = tmp_path / "report.json"
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false",
+                          "-e", f"gpuops_report_path={report}"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    assert summary["hosts"] == 1 and summary["blocked_hosts"] == [] and summary["not_read_hosts"] == []
+    assert summary["warnings"] == {"localhost": ["no_gpu"]}
+    assert summary["ok"] is True and summary["validation"] is None
+
+
+@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+def test_a_preflight_s_blockers_are_in_the_summary(localhost, tmp_path):
+    report = tmp_path / "report.json"
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(localhost), str(REPO / "playbooks/preflight.yml"),
+                          "-e", "gpuops_preflight_report_only=true", "-e", f"gpuops_report_path={report}"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
+    assert [b["id"] for b in summary["blockers"]["localhost"]] == ["no_kernel_installed"]
