@@ -172,7 +172,7 @@ def connect(module: Any) -> Any:
         # account, ...) is one only the kubernetes client makes, and it is not installed for this Python.
         module.fail_json(msg=f"the kubernetes Python library is not installed for {sys.executable}, and this connection needs it "
                              "(an exec or auth-provider user, a proxy, the in-cluster account, or a kubeconfig plain HTTPS "
-                             "cannot read): install it on the controller (pip install kubernetes; requirements.txt pins it) "
+                             "cannot read): install it on the controller (pip install kubernetes) "
                              "or in the execution environment",
                          missing_library="kubernetes", exception=traceback.format_exc())
     try:
