@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,12 @@ def test_a_preflight_s_blockers_are_in_the_summary(localhost, tmp_path):
     summary = json.loads(report.read_text())
     assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
     assert [b["id"] for b in summary["blockers"]["localhost"]] == ["no_kernel_installed"]
+
+
+@pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
+def test_uninstall_yml_on_a_node_without_a_runtime_skips_that_part(localhost):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/uninstall.yml"),
+                          "-e", "gpuops_uninstall_cluster=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert "found neither containerd nor crio" not in res.stdout
