@@ -14,7 +14,7 @@ GALAXY = yaml.safe_load((REPO / "galaxy.yml").read_text())
 
 def test_the_base_image_is_fully_qualified():
     name = EE["images"]["base_image"]["name"]
-    registry, _, rest = name.partition("/")
+    registry, rest = name.split("/", 1) if "/" in name else (name, "")
     # A registry host has a dot or a port; a short name (fedora-minimal:41) resolves by each host's registries.conf.
     assert ("." in registry or ":" in registry) and rest and ":" in rest.rsplit("/", 1)[-1], name
 
