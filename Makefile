@@ -14,6 +14,8 @@ COLL_ROOT := .build/collections
 COLL_LINK := $(COLL_ROOT)/ansible_collections/gpuops/nvidia
 SANITY_DIR := .build/sanity/ansible_collections/gpuops/nvidia
 SANITY_VENV := .build/ansible-test-venv
+# The lowest ansible-core the collection claims (meta/runtime.yml), with what the tests that run plays need.
+MIN_VENV := .build/min-ansible-venv
 LAB := $(PY) -m lab
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -36,7 +38,7 @@ REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report -
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
-.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run lab-test \
+.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run min-ansible lab-test \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
@@ -131,6 +133,18 @@ lint: venv collection ## ruff, mypy on plugins/ (Python 3.10, typed defs), ansib
 	$(TIME) lint/ansible-lint $(BIN)/ansible-lint --offline
 	$(TIME) lint/antsibull-changelog $(BIN)/antsibull-changelog lint
 
+# The collection on the lowest ansible-core it claims (requires_ansible in meta/runtime.yml, pinned in
+# tests/min-ansible/requirements.txt): every playbook's syntax, the tests that run plays on this machine (node.yml in
+# check mode against localhost, the roles' input checks, the templates' lookup) and the role variables templated by it.
+MIN_TESTS := tests/unit/test_playbooks_localhost.py tests/unit/common/test_role_inputs.py \
+	tests/unit/cluster/test_objects_template_lookup.py tests/unit/node/test_one_read.py tests/unit/node/test_container_toolkit_variables.py
+$(MIN_VENV)/.installed: tests/min-ansible/requirements.txt
+	$(call cached_venv,$(MIN_VENV),tests/min-ansible/requirements.txt)
+	touch $@
+
+min-ansible: collection $(MIN_VENV)/.installed ## the playbooks and the plays' tests on the lowest ansible-core claimed
+	$(TIME) min-ansible $(MIN_VENV)/bin/pytest -q -p no:cacheprovider $(MIN_TESTS)
+
 $(SANITY_VENV)/.installed: requirements-sanity.txt
 	$(call cached_venv,$(SANITY_VENV),requirements-sanity.txt)
 	touch $@
@@ -191,10 +205,10 @@ LAB_TEST_LOG := .build/lab-test.log
 FIRST_INSTALL_LOG := .build/first-install-lane.log
 test-steps: venv lab-deps collection checks caches side-by-side
 
-# unit, lint and sanity at once, each into .build/NAME.log (where `lab time failures` looks), printed after in this
+# unit, lint, sanity and min-ansible at once, each into .build/NAME.log (where `lab time failures` looks), printed after in this
 # order: each is mostly one busy process, so on 2 cores the three take about as long as the longest, not their sum.
-CHECKS := unit lint sanity
-checks: venv collection ## unit, lint and sanity side by side, their output printed after
+CHECKS := unit lint sanity min-ansible
+checks: venv collection ## unit, lint, sanity and min-ansible side by side, their output printed after
 	@mkdir -p .build; pids=; for s in $(CHECKS); do \
 	  $(MAKE) --no-print-directory $$s > .build/$$s.log 2>&1 & pids="$$pids $$!"; done; rc=0; \
 	  for p in $$pids; do wait $$p || rc=1; done; \

@@ -121,6 +121,15 @@ status:
   description: The HTTP status the API server answered it with (401, 403), C(null) where none came (no connection).
   returned: failure of a read
   type: int
+server:
+  description: The URL of the API server the read went to (the kubeconfig's, or O(host)).
+  returned: failure of a read
+  type: str
+  sample: https://10.0.0.1:6443
+missing_library:
+  description: C(kubernetes) where the connection needs the kubernetes Python library and it is not installed.
+  returned: failure to connect
+  type: str
 """
 
 from typing import Any
@@ -196,8 +205,11 @@ def run(module: Any) -> None:
         index = min(errors)
         first, exc = reads[index], errors[index]
         path = resource_path(first["api_version"], first["resource"], first["namespace"], first["name"])
-        module.fail_json(msg=f"reading {first['key']} ({path}) failed: {api_error(exc)}", key=first["key"], path=path,
-                         status=api_status(exc))
+        status = api_status(exc)
+        # Where no answer came, the server it could not reach (a kubeconfig's or K8S_AUTH_HOST's).
+        where = f" from {api.server}" if status is None and api.server else ""
+        module.fail_json(msg=f"reading {first['key']} ({path}){where} failed: {api_error(exc)}", key=first["key"], path=path,
+                         status=status, server=api.server)
     out: dict[str, Any] = {"changed": False, "resources": {key: found[key] for key in keys}}
     groups = module.params["api_groups"]
     if groups:

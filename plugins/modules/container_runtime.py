@@ -256,7 +256,7 @@ node_files:
   sample: {"changed": false, "files": [{"path": "/etc/apt/keyrings", "state": "directory", "changed": false, "backup": "",
            "present": true}], "units": [], "daemon_reloaded": false, "changed_paths": []}
 runtime:
-  description: The runtime configured.
+  description: The runtime configured; C(none) for O(state=absent) with O(runtime=auto) on a node without containerd or CRI-O (nothing to take out).
   returned: always
   type: str
   sample: containerd

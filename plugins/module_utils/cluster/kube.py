@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -167,8 +168,13 @@ def connect(module: Any) -> Any:
     try:
         import kubernetes  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     except ImportError:
-        from ansible.module_utils.basic import missing_required_lib
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=traceback.format_exc())
+        # Not a server that cannot be reached: this connection (an exec or auth-provider user, a proxy, the in-cluster
+        # account, ...) is one only the kubernetes client makes, and it is not installed for this Python.
+        module.fail_json(msg=f"the kubernetes Python library is not installed for {sys.executable}, and this connection needs it "
+                             "(an exec or auth-provider user, a proxy, the in-cluster account, or a kubeconfig plain HTTPS "
+                             "cannot read): install it on the controller (pip install kubernetes) "
+                             "or in the execution environment",
+                         missing_library="kubernetes", exception=traceback.format_exc())
     try:
         return api_client(auth)
     except Exception as exc:  # a kubeconfig that cannot be read, no in-cluster account
@@ -198,6 +204,14 @@ class JsonApi:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, for messages (a refused connection names it)."""
+        client = self.client
+        if isinstance(client, kube_http.HttpClient):
+            return client.server
+        return str(getattr(getattr(client, "configuration", None), "host", "") or "")
 
     def call(self, method: str, path: str, *, query: list | None = None, body: Any = None,
              accept: str = "application/json", content_type: str = "application/json") -> Any:

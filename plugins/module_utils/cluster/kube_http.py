@@ -193,6 +193,7 @@ class HttpClient:
     """JSON requests to one API server: one kept-alive connection per thread (JsonApi's calls run in parallel)."""
 
     def __init__(self, conf: dict[str, Any]) -> None:
+        self.server = str(conf["server"])
         url = urllib.parse.urlsplit(conf["server"])
         self.https = url.scheme == "https"
         self.host = url.hostname or ""

@@ -214,6 +214,11 @@ def begin(module: AnsibleModule, host: Host | None = None) -> tuple[dict[str, An
         installed = [name for name in ("containerd", "crio") if module.get_bin_path(name)]
         if p["containerd_version"] and "containerd" not in installed:
             installed.append("containerd")  # an image built elsewhere: the version says it will be there
+        if p["state"] == "absent" and p["runtime"] == "auto" and not installed:
+            # An uninstall on a node without containerd or CRI-O: no runtime config holds anything of ours to take out.
+            module.exit_json(changed=False, rollback=[], restart_required=False,
+                             msg="no container runtime (containerd, crio) on this node: nothing to take out of its config",
+                             **{**result, "runtime": "none"})
         runtime = result["runtime"] = detect_runtime(p["runtime"], installed)
         config = p["config"] or DEFAULTS[runtime][0]
         drop_in = DEFAULTS[runtime][1] if p["drop_in"] is None else p["drop_in"]

@@ -31,6 +31,7 @@ class Settings(TypedDict, total=False):
     fabricmanager_enabled: bool
     nouveau_managed: bool  # the nouveau role runs before the driver
     driver_container_precompiled: bool  # containerized: the images carry precompiled, signed modules
+    driver_kernel_release: str  # gpuops_driver_kernel_release: the kernel the driver is installed for, when set
 
 
 def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
@@ -50,6 +51,16 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             "unsupported_distribution", "blocker",
             f"{distribution} {major_version} is not a distribution the collection installs on",
             "use Ubuntu 22.04/24.04, Debian 12 or RHEL/Rocky/Alma 8-10",
+        ))
+    # The driver role plans for a kernel installed in the root (or the one set) whether or not GPUs are there, and
+    # refuses without one (module_utils/node/driver.py, target_kernel): say so here, before the run stops there.
+    kernel = node["kernel"]
+    if method in ("precompiled", "dkms") and not kernel["installed"] and not settings.get("driver_kernel_release"):
+        found.append(_finding(
+            "no_kernel_installed", "blocker",
+            f"no kernel is installed under /lib/modules (running: {kernel['running']}), so the driver role has no kernel "
+            "to install the driver's modules for",
+            "set gpuops_driver_kernel_release to the release of the kernel the node will boot, or install that kernel",
         ))
     if not pci["gpus"]:
         found.append(_finding("no_gpu", "warning", "no NVIDIA GPU on the PCI bus: nothing to install",

@@ -592,3 +592,15 @@ def test_the_read_answers_the_settings_check_as_the_module_s_own_run_would(node,
     answer = _answer(given, NVML_OK, warned)
     assert answer["result"]["up_to_date"] is True
     assert warned == [f"the container_toolkit role's settings check: {warning}" for warning in own_warnings]
+
+
+def test_absent_on_a_node_without_a_runtime_has_nothing_to_take_out(node):
+    """uninstall.yml on a node without containerd or CRI-O: nothing of ours in a runtime config, so nothing fails; where a
+    runtime is asked for by name, or on install, the missing runtime still fails."""
+    _etc, run, _calls, version = node
+    version["installed"] = {"systemctl"}
+    res = run(state="absent", runtime="auto")
+    assert not res["failed"] and not res["changed"] and res["runtime"] == "none" and not res["restart_required"]
+    assert "nothing to take out" in res["msg"]
+    assert run(runtime="auto")["failed"]
+    assert run(state="absent", runtime="containerd")["failed"]

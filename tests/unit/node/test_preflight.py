@@ -9,6 +9,18 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight impor
 DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
 
 
+@pytest.fixture
+def info_of(info_of):
+    """The lab profiles' facts on a booted node: its running kernel installed under /lib/modules (the fake hardware tree
+    has none, and a root without a kernel is a blocker of its own: test_no_kernel_in_the_root_blocks...)."""
+    def read(profile: str) -> dict:
+        info = copy.deepcopy(info_of(profile))
+        kernel = info["node"]["kernel"]
+        kernel["installed"] = kernel["installed"] or [kernel["running"] or "6.8.0-45-generic"]
+        return info
+    return read
+
+
 def ids(found, severity="blocker"):
     return [f["id"] for f in found if f["severity"] == severity]
 
@@ -128,3 +140,17 @@ def test_runfile_driver_is_read_from_the_installers_uninstaller(tmp_path):
     (tmp_path / "usr/bin").mkdir(parents=True)
     (tmp_path / "usr/bin/nvidia-uninstall").symlink_to("nvidia-installer")  # the installer makes it a link; dangling here
     assert runfile_driver(str(tmp_path)) == f"{tmp_path}/usr/bin/nvidia-uninstall"
+
+
+def test_no_kernel_in_the_root_blocks_where_the_driver_role_would_refuse(info_of):
+    """node.yml's driver role refuses a root without a kernel under /lib/modules (gpuops_driver_kernel_release unset):
+    the preflight says so instead of 'Nothing blocks the install', GPUs or not."""
+    for profile in ("hgx-h100", "no-gpu"):
+        info = copy.deepcopy(info_of(profile))
+        info["node"]["kernel"]["installed"] = []
+        found = findings(info, "Ubuntu", "24", DEFAULTS)
+        assert ids(found) == ["no_kernel_installed"]
+        assert "gpuops_driver_kernel_release" in found[0]["fix"]
+        assert "Nothing blocks the install." not in report_lines("n", info, found)
+        assert ids(findings(info, "Ubuntu", "24", {**DEFAULTS, "driver_kernel_release": "6.8.0-45-generic"})) == []
+        assert ids(findings(info, "Ubuntu", "24", {**DEFAULTS, "driver_method": "containerized"})) == []

@@ -42,7 +42,10 @@ def test_the_device_table_names_the_gpu_as_nvml_does(h200):
 
 
 def test_the_preflight_finds_nothing_to_block_and_says_what_it_will_do(h200):
-    found = findings(h200, "Ubuntu", "24", {"driver_method": "auto", "fabricmanager_enabled": True})
+    # That VM has no kernel under /lib/modules (kernel.installed is empty): the driver role would refuse to plan there
+    # unless told the kernel, so the preflight judges it as told (test_that_vm_s_root_without_a_kernel_blocks below).
+    found = findings(h200, "Ubuntu", "24", {"driver_method": "auto", "fabricmanager_enabled": True,
+                                            "driver_kernel_release": h200["node"]["kernel"]["running"]})
     assert found == []
     assert report_lines("gpu", h200, found) == [
         "== gpu ==",
@@ -53,6 +56,13 @@ def test_the_preflight_finds_nothing_to_block_and_says_what_it_will_do(h200):
         "Fabric Manager: not needed (no NVSwitch and no NVLink5 HGX board)",
         "Nothing blocks the install.",
     ]
+
+
+def test_that_vm_s_root_without_a_kernel_blocks(h200):
+    assert h200["node"]["kernel"]["installed"] == []
+    found = findings(h200, "Ubuntu", "24", {"driver_method": "auto", "fabricmanager_enabled": True})
+    assert [f["id"] for f in found] == ["no_kernel_installed"]
+    assert "Nothing blocks the install." not in report_lines("gpu", h200, found)
 
 
 def test_gfd_labels_from_real_nvml(h200):

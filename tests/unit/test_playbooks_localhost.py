@@ -1,0 +1,141 @@
+"""The playbooks as a user first meets them, on this machine and the ansible-core running the tests: `make unit` runs
+them on requirements.txt's, `make min-ansible` on the lowest the collection claims (meta/runtime.yml). Every playbook
+parses, and node.yml runs through in check mode against localhost (no GPU here: the roles' paths for a node with
+nothing to do, where a template that gives None gave the string "None" before ansible-core 2.19)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
+
+
+@pytest.fixture
+def localhost(tmp_path: Path) -> Path:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    return inventory
+
+
+def test_the_claimed_ansible_core_is_the_one_tested():
+    """meta/runtime.yml's floor is the version tests/min-ansible/requirements.txt pins (what `make min-ansible` runs)."""
+    claimed = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["requires_ansible"]
+    pins = [line.split("==", 1)[1].strip() for line in (REPO / "tests/min-ansible/requirements.txt").read_text().splitlines()
+            if line.startswith("ansible-core==")]
+    assert claimed == f">={pins[0]}"
+
+
+@pytest.mark.parametrize("name", PLAYBOOKS)
+def test_every_playbook_parses(name, localhost):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", str(localhost), str(REPO / "playbooks" / name)],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def test_node_yml_runs_through_in_check_mode_on_a_node_without_gpus(localhost):
+    # The driver container's method and no toolkit: nothing here depends on this machine's kernels or runtime.
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
+    assert "failed=0" in res.stdout
+
+
+KUBECONFIG = {"apiVersion": "v1", "kind": "Config", "current-context": "x",
+              "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+              "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}
+
+
+def cluster_run(tmp_path: Path, user: dict, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """cluster.yml in check mode with no GPU node, against a server that refuses connections (port 1)."""
+    kubeconfig, inventory = tmp_path / "kubeconfig", tmp_path / "empty.yml"
+    kubeconfig.write_text(yaml.safe_dump({**KUBECONFIG, "users": [{"name": "u", "user": user}]}))
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {}}}}}))
+    return subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(inventory), str(REPO / "playbooks/cluster.yml"),
+                           "-e", f"gpuops_cluster_kubeconfig={kubeconfig}"],
+                          capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=300, check=False)
+
+
+def test_a_refused_connection_names_the_server_and_no_empty_group_is_warned_of(tmp_path):
+    res = cluster_run(tmp_path, {"token": "abc"})
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert "cannot reach the API server https://127.0.0.1:1 of gpuops_cluster_kubeconfig" in out, out[-3000:]
+    assert "Could not match supplied host pattern" not in out
+
+
+def test_a_missing_kubernetes_library_is_named_not_called_an_unreachable_server(tmp_path):
+    # An exec user is a connection only the kubernetes client makes; here it cannot be imported.
+    stub = tmp_path / "stub"
+    (stub / "kubernetes").mkdir(parents=True)
+    (stub / "kubernetes/__init__.py").write_text("raise ImportError('no kubernetes here')\n")
+    res = cluster_run(tmp_path, {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "true"}},
+                      {"PYTHONPATH": str(stub)})
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode != 0
+    assert "the kubernetes Python library is not installed" in out, out[-3000:]
+    assert "cannot reach the API server" not in out
+
+
+@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+def test_a_root_without_a_kernel_is_a_preflight_blocker_not_a_refusal_after_it(localhost):
+    """On a machine without a kernel under /lib/modules (a container) the driver role would refuse its plan: the preflight
+    stops the run first, and never says "Nothing blocks the install"."""
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_node_container_toolkit=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "BLOCKER no_kernel_installed" in out, out[-3000:]
+    assert "Nothing blocks the install" not in out
+    assert "Plan the driver" not in out
+
+
+def test_the_run_s_summary_is_written_to_gpuops_report_path(localhost, tmp_path):
+    report = tmp_path / "report.json"
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false",
+                          "-e", f"gpuops_report_path={report}"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    assert summary["hosts"] == 1 and summary["blocked_hosts"] == [] and summary["not_read_hosts"] == []
+    assert summary["warnings"] == {"localhost": ["no_gpu"]}
+    assert summary["ok"] is True and summary["validation"] is None
+
+
+@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+def test_a_preflight_s_blockers_are_in_the_summary(localhost, tmp_path):
+    report = tmp_path / "report.json"
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(localhost), str(REPO / "playbooks/preflight.yml"),
+                          "-e", "gpuops_preflight_report_only=true", "-e", f"gpuops_report_path={report}"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    summary = json.loads(report.read_text())
+    assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
+    assert [b["id"] for b in summary["blockers"]["localhost"]] == ["no_kernel_installed"]
+
+
+@pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
+def test_uninstall_yml_on_a_node_without_a_runtime_skips_that_part(localhost):
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/uninstall.yml"),
+                          "-e", "gpuops_uninstall_cluster=false"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert "found neither containerd nor crio" not in res.stdout
