@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 import shutil
-import socket
 import warnings
 from pathlib import Path
 
-from .errors import LabError
+from .errors import LabError, require_free_port
 
 # What the kubelet sets at start (its kernel tunables) unless told to only check them; a machine must not set them on
 # the shared host kernel, so each is a file with the value the kubelet wants, bound over /proc/sys in the machine.
@@ -157,10 +155,4 @@ def check_lane_settings(ports: list[int], tools: tuple[str, ...] = LANE_TOOLS) -
     if missing:
         raise LabError(f"the real-node lane needs {', '.join(missing)} on this host ('make lab-deps')")
     for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError as exc:
-                raise LabError(f"port {port} on 127.0.0.1 is in use ({os.strerror(exc.errno or 0)}): "
-                               "choose another base port (GPUOPS_MOLECULE_BASE_PORT)") from None
+        require_free_port(port, "choose another base port (GPUOPS_MOLECULE_BASE_PORT)")

@@ -25,14 +25,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from .errors import LabError
+from .errors import LabError, require_free_port
 from .images import cache_dir
 from .machines import process_start, same_process
 from .toolchain import _empty_dir, _finish, _go, build_in_wrapper, go_env
@@ -294,14 +293,7 @@ def up(state_dir: Path, port: int = DEFAULT_PORT, progress=print) -> dict:
     if current["running"]:
         return current
     root = build_repo(progress)
-    with socket.socket() as probe:
-        # As http.server binds: a port left in TIME_WAIT is free, one with a listener is not.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise LabError(f"port {port} on 127.0.0.1 is in use ({exc.strerror}); stop what holds it or pick another "
-                           "with --port / GPUOPS_LAB_REPO_PORT") from None
+    require_free_port(port, "stop what holds it or pick another with --port / GPUOPS_LAB_REPO_PORT")
     state_dir.mkdir(parents=True, exist_ok=True)
     logf = (state_dir / "toolkit-repo.log").open("ab")
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(root), str(port)],

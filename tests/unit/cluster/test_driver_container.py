@@ -196,19 +196,29 @@ def _driver_root(host: Path, *command: str, timeout: float = 20) -> subprocess.C
                           timeout=timeout, env={"PATH": os.environ["PATH"], "HOST_ROOT": str(host), "GPUOPS_WAIT_SECONDS": "0.2"})
 
 
+def _host_driver(host: Path) -> None:
+    """A host driver under `host`: its nvidia-smi."""
+    smi = host / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text("#!/bin/sh\n")
+    smi.chmod(0o755)
+
+
+def _driver_container_ready(host: Path) -> None:
+    """The driver container's marker under `host`, as its startup probe writes it."""
+    marker = host / "run/nvidia/validations/.driver-ctr-ready"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("GDS_ENABLED: false\n")
+
+
 def test_driver_root_waits_for_a_driver_and_runs_with_its_root(tmp_path):
     host = tmp_path / "host"
     show = ("sh", "-c", 'echo "$NVIDIA_DRIVER_ROOT|$CONTAINER_DRIVER_ROOT|$DRIVER_ROOT_CTR_PATH"')
     with pytest.raises(subprocess.TimeoutExpired):
         _driver_root(host, *show, timeout=1.5)  # no driver yet: it waits
-    smi = host / "usr/bin/nvidia-smi"
-    smi.parent.mkdir(parents=True)
-    smi.write_text("#!/bin/sh\n")
-    smi.chmod(0o755)
+    _host_driver(host)
     assert _driver_root(host, *show).stdout.splitlines()[-1] == f"/|{host}|{host}"
-    marker = host / "run/nvidia/validations/.driver-ctr-ready"
-    marker.parent.mkdir(parents=True)
-    marker.write_text("GDS_ENABLED: false\n")
+    _driver_container_ready(host)
     assert _driver_root(host, *show).stdout.splitlines()[-1] == f"/run/nvidia/driver|{host}/run/nvidia/driver|{host}/run/nvidia/driver"
     # Without a command (the init container), it only waits.
     res = _driver_root(host)
@@ -221,14 +231,9 @@ def test_driver_root_tells_the_mig_manager_where_devices_are_and_whether_host_cl
     # the host's; device nodes are under the driver root where the driver container made them there, else the host's.
     host = tmp_path / "host"
     show = ("sh", "-c", 'echo "$WITH_SHUTDOWN_HOST_GPU_CLIENTS|$NVIDIA_DEV_ROOT|$DEV_ROOT_CTR_PATH"')
-    smi = host / "usr/bin/nvidia-smi"
-    smi.parent.mkdir(parents=True)
-    smi.write_text("#!/bin/sh\n")
-    smi.chmod(0o755)
+    _host_driver(host)
     assert _driver_root(host, *show).stdout.splitlines()[-1] == f"true|/|{host}"
-    marker = host / "run/nvidia/validations/.driver-ctr-ready"
-    marker.parent.mkdir(parents=True)
-    marker.write_text("GDS_ENABLED: false\n")
+    _driver_container_ready(host)
     assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/|{host}"
     ctl = host / "run/nvidia/driver/dev/nvidiactl"
     ctl.parent.mkdir(parents=True)
