@@ -209,7 +209,7 @@ def _stranger(config: dict) -> None:
 CONNECTION = {
     "a kubeconfig that does not exist": (lambda _k: "/nonexistent/kubeconfig", 'gpuops_cluster_kubeconfig: "/nonexistent/kubeconfig" does not exist'),
     "an API server that does not answer": (lambda k: _kubeconfig_variant(k, "unreachable", _unreachable),
-                                           "cannot reach the API server of gpuops_cluster_kubeconfig"),
+                                           "cannot reach the API server https://127.0.0.1:9 of gpuops_cluster_kubeconfig"),
     "credentials the API server refuses": (lambda k: _kubeconfig_variant(k, "stranger", _stranger),
                                            "the API server refused the credentials of gpuops_cluster_kubeconfig"),
 }
