@@ -23,7 +23,7 @@ description:
     whether Fabric Manager is required.
   - It reports the hardware only, what the node is and not how the cluster uses it. The node labels GPU Feature Discovery sets
     depend on the cluster's sharing and MIG strategy, and the cluster roles compute them from this structure.
-  - The structure is versioned by C(schema_version) (6 since a driver from NVIDIA's .run installer is reported).
+  - The structure is versioned by C(schema_version) (7 since the container runtimes installed are reported).
   - Never changes anything; always returns C(changed=false).
   - With O(checks), also answers the checks of the host roles that follow it in the play (the node's one read,
     docs/node-read.md).
@@ -233,6 +233,14 @@ gpu_info:
               over a runfile driver make two drivers.
           type: str
           sample: null
+        container_runtimes:
+          description:
+            - The container runtimes installed, C(containerd) and C(crio), where their executables are in C(PATH) or the
+              C(sbin) directories (as the container_toolkit role's module finds them). The preflight blocks where that
+              role would find none to configure.
+          type: list
+          elements: str
+          sample: [containerd]
     nvml:
       description: The driver's view, read in one NVML session.
       type: dict

@@ -129,7 +129,8 @@ def test_a_preflight_s_blockers_are_in_the_summary(localhost, tmp_path):
     assert res.returncode == 0, res.stdout[-4000:]
     summary = json.loads(report.read_text())
     assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
-    assert [b["id"] for b in summary["blockers"]["localhost"]] == ["no_kernel_installed"]
+    assert [b["id"] for b in summary["blockers"]["localhost"]] == (
+        ["no_kernel_installed"] + ([] if shutil.which("containerd") or shutil.which("crio") else ["no_container_runtime"]))
 
 
 @pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
@@ -139,3 +140,17 @@ def test_uninstall_yml_on_a_node_without_a_runtime_skips_that_part(localhost):
                          capture_output=True, text=True, env=env(), timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-4000:]
     assert "found neither containerd nor crio" not in res.stdout
+
+
+@pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
+def test_a_node_without_a_runtime_is_a_preflight_blocker_not_a_refusal_of_the_toolkit_role(localhost):
+    """node.yml's container_toolkit role refuses a node with neither containerd nor CRI-O: the preflight stops the run
+    first, naming the variables, and never says "Nothing blocks the install"."""
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
+                          "-e", "gpuops_driver_method=containerized"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto finds neither containerd nor crio" in out, out[-3000:]
+    assert "Nothing blocks the install" not in out
+    assert "Check the runtime settings" not in out

@@ -129,7 +129,7 @@ def test_gpu_info_and_what_reads_it_run_under_python_310(tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["version"] == [3, 10]
-    assert out["info"]["schema_version"] == 6 and out["info"]["nvml"]["status"] != "ok"
+    assert out["info"]["schema_version"] == 7 and out["info"]["nvml"]["status"] != "ok"
     assert (out["info"]["summary"]["gpu_count"], out["info"]["summary"]["nvswitch_count"]) == (8, 4)
     assert out["info"]["derived"]["fabric_manager"]["required"] is True
     assert out["slim"]["summary"] == {"gpu_count": 8, "mig_capable": None}

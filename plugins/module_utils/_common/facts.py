@@ -22,6 +22,8 @@ Version 5: the node's operating system as os-release names it (node.os: id, vers
 container's image tag and its DaemonSets per OS are made of.
 Version 6: a driver from NVIDIA's .run installer (node.runfile: its uninstaller's path), which packages must not be
 installed over.
+Version 7: the container runtimes installed (node.container_runtimes), which the container_toolkit role configures:
+the preflight blocks where it would refuse. A reader of facts cached before (a fact cache) finds no such key.
 
 Python 3.10 is the oldest target (Ubuntu 22.04): no typing.NotRequired, so optional parts are
 `X | None` values of keys that are always present.
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-SchemaVersion = Literal[6]
-SCHEMA_VERSION: Final = 6
+SchemaVersion = Literal[7]
+SCHEMA_VERSION: Final = 7
 
 NvmlStatus = Literal["ok", "binding_missing", "library_not_found", "driver_not_loaded", "error"]
 SecureBoot = Literal["enabled", "disabled", "not_efi", "unknown"]
@@ -136,6 +138,8 @@ class NodeState(TypedDict):
     os: OsRelease
     # /usr/bin/nvidia-uninstall where NVIDIA's .run installer put a driver on the node (no package ships it), else None.
     runfile: str | None
+    # containerd and crio where their executables are installed (hardware.container_runtimes).
+    container_runtimes: list[str]
 
 
 # ---------------------------------------------------------------------------------------------------

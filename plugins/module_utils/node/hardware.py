@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from typing import Any
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import (
@@ -237,6 +238,18 @@ def runfile_driver(filesystem_root: str = "/") -> str | None:
     return path if os.path.lexists(path) else None
 
 
+# The container runtimes the container_toolkit role configures, as its module finds them (Ansible's get_bin_path: PATH,
+# then the sbin directories).
+CONTAINER_RUNTIMES = ("containerd", "crio")
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+def container_runtimes(sbin: tuple[str, ...] = SBIN) -> list[str]:
+    """The container runtimes installed on the node: their executables in PATH or the sbin directories."""
+    path = os.pathsep.join([os.environ.get("PATH", os.defpath), *sbin])
+    return [name for name in CONTAINER_RUNTIMES if shutil.which(name, path=path)]
+
+
 def node_state(root: str) -> NodeState:
     """Kernel modules, Secure Boot and kernel, as the rest of the collection needs them."""
     loaded = read_loaded_modules(root)
@@ -253,4 +266,5 @@ def node_state(root: str) -> NodeState:
         "rdma": rdma_state(loaded),
         "os": os_release(),
         "runfile": runfile_driver(),
+        "container_runtimes": container_runtimes(),
     }

@@ -32,6 +32,9 @@ class Settings(TypedDict, total=False):
     nouveau_managed: bool  # the nouveau role runs before the driver
     driver_container_precompiled: bool  # containerized: the images carry precompiled, signed modules
     driver_kernel_release: str  # gpuops_driver_kernel_release: the kernel the driver is installed for, when set
+    # The runtime the container_toolkit role configures (gpuops_container_toolkit_runtime: auto, containerd, crio); empty
+    # where no such role follows (gpuops_node_container_toolkit: false), and then not judged.
+    container_runtime: str
 
 
 def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
@@ -62,6 +65,9 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
             "to install the driver's modules for",
             "set gpuops_driver_kernel_release to the release of the kernel the node will boot, or install that kernel",
         ))
+    runtime = _runtime_finding(settings.get("container_runtime", ""), node.get("container_runtimes"))
+    if runtime:
+        found.append(runtime)
     if not pci["gpus"]:
         found.append(_finding("no_gpu", "warning", "no NVIDIA GPU on the PCI bus: nothing to install",
                               "leave the host out of gpu_nodes, or check that the GPUs are seated and enabled in the BIOS"))
@@ -134,6 +140,27 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
                               "none needed before the driver is installed (the binding depends on the driver's NVML library); "
                               "afterwards python3-pynvml comes from Ubuntu universe/multiverse or Debian contrib"))
     return found
+
+
+def _runtime_finding(wanted: str, installed: list[str] | None) -> dict[str, str] | None:
+    """The container_toolkit role's refusal of the node's runtimes (container_runtime_run.detect_runtime), as a blocker:
+    none where it finds the one it configures, where no such role follows, or where the read predates the key."""
+    if not wanted or installed is None:
+        return None
+    there = ", ".join(installed) or "neither containerd nor crio"
+    if (wanted == "auto" and len(installed) == 1) or wanted in installed:
+        return None
+    if wanted == "auto" and installed:
+        why = ("gpuops_container_toolkit_runtime: auto finds both containerd and crio on the node, and cannot tell which "
+               "one kubelet uses")
+        fix = "set gpuops_container_toolkit_runtime to the one kubelet uses"
+    else:
+        why = (f"gpuops_container_toolkit_runtime: {wanted} " + ("finds" if wanted == "auto" else "is not installed; found")
+               + f" {there} on the node, so the container_toolkit role has no runtime to configure")
+        fix = ("install the container runtime kubelet uses (containerd or CRI-O) first, or name the one installed in "
+               "gpuops_container_toolkit_runtime")
+    return _finding("no_container_runtime", "blocker", why,
+                    fix + "; where the runtime is managed elsewhere, set gpuops_node_container_toolkit: false")
 
 
 def report_lines(host: str, gpu_info: GpuInfo, found: list[dict[str, str]]) -> list[str]:

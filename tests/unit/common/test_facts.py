@@ -23,7 +23,7 @@ MODULE_UTILS = "ansible_collections.gpuops.nvidia.plugins.module_utils"
 def test_every_lab_profile_reads_back_as_the_declared_structure(profile, info_of, schema_errors):
     info = info_of(profile)
     assert schema_errors(info, facts.GpuInfo) == []
-    assert info["schema_version"] == facts.SCHEMA_VERSION == 6
+    assert info["schema_version"] == facts.SCHEMA_VERSION == 7
 
 
 def test_without_the_binding_nvml_still_has_the_declared_shape(monkeypatch, schema_errors):
@@ -40,7 +40,7 @@ def test_the_structure_check_catches_a_renamed_key_and_a_wrong_type(info_of, sch
     gpu = info["nvml"]["gpus"][0]
     wrong = {**info, "nvml": {**info["nvml"], "gpus": [{**gpu, "mig": {**gpu["mig"], "current": "yes"}}]}}
     assert schema_errors(wrong, facts.GpuInfo) == ["GpuInfo.nvml.gpus[0].mig.current: 'yes' is not a bool"]
-    assert schema_errors({**info, "schema_version": 1}, facts.GpuInfo) == ["GpuInfo.schema_version: 1 is not one of (6,)"]
+    assert schema_errors({**info, "schema_version": 1}, facts.GpuInfo) == ["GpuInfo.schema_version: 1 is not one of (7,)"]
 
 
 def test_labels_are_not_part_of_gpu_info():

@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import runfile_driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import container_runtimes, runfile_driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.preflight import findings, report_lines
 
 DEFAULTS = {"driver_method": "precompiled", "fabricmanager_enabled": True}
@@ -154,3 +154,47 @@ def test_no_kernel_in_the_root_blocks_where_the_driver_role_would_refuse(info_of
         assert "Nothing blocks the install." not in report_lines("n", info, found)
         assert ids(findings(info, "Ubuntu", "24", {**DEFAULTS, "driver_kernel_release": "6.8.0-45-generic"})) == []
         assert ids(findings(info, "Ubuntu", "24", {**DEFAULTS, "driver_method": "containerized"})) == []
+
+
+@pytest.mark.parametrize(
+    ("wanted", "found", "blocked"),
+    [
+        ("auto", [], True),
+        ("auto", ["containerd"], False),
+        ("auto", ["crio"], False),
+        ("containerd", ["containerd"], False),
+        ("crio", ["containerd"], True),
+        ("containerd", ["crio"], True),
+        ("auto", ["containerd", "crio"], True),  # the role cannot tell which one kubelet uses
+        ("", [], False),  # no container_toolkit role in the play (gpuops_node_container_toolkit: false)
+    ],
+)
+def test_a_runtime_the_toolkit_role_cannot_configure_blocks(info_of, wanted, found, blocked):
+    """node.yml's container_toolkit role refuses a node without the runtime it configures (containerd or CRI-O, the one
+    named or the only one there): the preflight says so before the run, GPUs or not."""
+    for profile in ("hgx-h100", "no-gpu"):
+        info = copy.deepcopy(info_of(profile))
+        info["node"]["container_runtimes"] = found
+        result = findings(info, "Ubuntu", "24", {**DEFAULTS, "container_runtime": wanted})
+        assert ids(result) == (["no_container_runtime"] if blocked else [])
+        if blocked:
+            finding = next(f for f in result if f["id"] == "no_container_runtime")
+            assert "gpuops_container_toolkit_runtime" in finding["message"] and "gpuops_node_container_toolkit" in finding["fix"]
+            assert "Nothing blocks the install." not in report_lines("n", info, result)
+
+
+def test_a_node_read_before_runtimes_were_reported_is_not_judged_on_them(info_of):
+    """Facts from a fact cache written by an older collection have no container_runtimes: unknown, not missing."""
+    info = copy.deepcopy(info_of("hgx-h100"))
+    info["node"].pop("container_runtimes", None)
+    assert ids(findings(info, "Ubuntu", "24", {**DEFAULTS, "container_runtime": "auto"})) == []
+
+
+def test_the_runtimes_on_the_node_are_read_from_path_and_the_sbin_directories(tmp_path, monkeypatch):
+    for name, where in (("containerd", "bin"), ("crio", "sbin")):
+        (tmp_path / where).mkdir(exist_ok=True)
+        (tmp_path / where / name).write_text("#!/bin/sh\n")
+        (tmp_path / where / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    assert container_runtimes(sbin=(str(tmp_path / "sbin"),)) == ["containerd", "crio"]
+    assert container_runtimes(sbin=()) == ["containerd"]

@@ -28,6 +28,7 @@ def h200() -> dict:
     info = copy.deepcopy(RECORDED["gpu_info"])
     assert info["schema_version"] == 6
     info["schema_version"] = facts.SCHEMA_VERSION
+    info["node"]["container_runtimes"] = []  # 7: not read then; that VM had no containerd or CRI-O
     return info
 
 
