@@ -154,3 +154,19 @@ def test_a_node_without_a_runtime_is_a_preflight_blocker_not_a_refusal_of_the_to
     assert "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto finds neither containerd nor crio" in out, out[-3000:]
     assert "Nothing blocks the install" not in out
     assert "Check the runtime settings" not in out
+
+
+@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+@pytest.mark.parametrize("name", ["node.yml", "preflight.yml", "site.yml"])
+def test_a_run_stopped_on_every_node_by_the_preflight_still_publishes_its_summary(localhost, tmp_path, name):
+    """Where the preflight blocks every node of the play, Ansible ends the whole run there, before report.yml: the
+    summary (what blocks each node, the thing an AWX workflow branches on) is published before the stop."""
+    report = tmp_path / "report.json"
+    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks" / name),
+                          "-e", f"gpuops_report_path={report}", "-e", "gpuops_cluster_kubeconfig=/nonexistent"],
+                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode != 0
+    assert "blocker(s) on localhost" in " ".join(res.stdout.split()), res.stdout[-3000:]
+    summary = json.loads(report.read_text())
+    assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
+    assert "no_kernel_installed" in [b["id"] for b in summary["blockers"]["localhost"]]
