@@ -25,6 +25,15 @@ def env() -> dict[str, str]:
             "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"}
 
 
+def playbook(inventory: Path, name: str, *extra: str, check_mode: bool = True,
+             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook on one of the collection's playbooks, in check mode unless told, each of `extra` an -e."""
+    argv = [ANSIBLE_PLAYBOOK, *(["--check"] if check_mode else []), "-i", str(inventory), str(REPO / "playbooks" / name)]
+    for value in extra:
+        argv += ["-e", value]
+    return subprocess.run(argv, capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=300, check=False)
+
+
 @pytest.fixture
 def localhost(tmp_path: Path) -> Path:
     inventory = tmp_path / "hosts.yml"
@@ -50,9 +59,7 @@ def test_every_playbook_parses(name, localhost):
 
 def test_node_yml_runs_through_in_check_mode_on_a_node_without_gpus(localhost):
     # The driver container's method and no toolkit: nothing here depends on this machine's kernels or runtime.
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
-                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = playbook(localhost, "node.yml", "gpuops_driver_method=containerized", "gpuops_node_container_toolkit=false")
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-3000:]
     assert "failed=0" in res.stdout
 
@@ -67,9 +74,7 @@ def cluster_run(tmp_path: Path, user: dict, extra_env: dict[str, str] | None = N
     kubeconfig, inventory = tmp_path / "kubeconfig", tmp_path / "empty.yml"
     kubeconfig.write_text(yaml.safe_dump({**KUBECONFIG, "users": [{"name": "u", "user": user}]}))
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {}}}}}))
-    return subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(inventory), str(REPO / "playbooks/cluster.yml"),
-                           "-e", f"gpuops_cluster_kubeconfig={kubeconfig}"],
-                          capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=300, check=False)
+    return playbook(inventory, "cluster.yml", f"gpuops_cluster_kubeconfig={kubeconfig}", extra_env=extra_env)
 
 
 def test_a_refused_connection_names_the_server_and_no_empty_group_is_warned_of(tmp_path):
@@ -93,26 +98,39 @@ def test_a_missing_kubernetes_library_is_named_not_called_an_unreachable_server(
     assert "cannot reach the API server" not in out
 
 
-@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
-def test_a_root_without_a_kernel_is_a_preflight_blocker_not_a_refusal_after_it(localhost):
-    """On a machine without a kernel under /lib/modules (a container) the driver role would refuse its plan: the preflight
-    stops the run first, and never says "Nothing blocks the install"."""
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
-                          "-e", "gpuops_node_container_toolkit=false"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+HAS_KERNEL = any(Path("/lib/modules").glob("*/kernel"))
+HAS_RUNTIME = bool(shutil.which("containerd") or shutil.which("crio"))
+# What node.yml's roles would refuse on this machine, and the preflight names first: (skipped where, the settings, the
+# blocker's line, the role's task that refused before).
+REFUSALS = {
+    # No kernel under /lib/modules (a container): the driver role would refuse its plan.
+    "no kernel": (HAS_KERNEL, ["gpuops_node_container_toolkit=false"], "BLOCKER no_kernel_installed", "Plan the driver"),
+    # Neither containerd nor CRI-O: the container_toolkit role would refuse at its settings check.
+    "no runtime": (HAS_RUNTIME, ["gpuops_driver_method=containerized"],
+                   "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto finds neither containerd nor crio",
+                   "Check the runtime settings"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_what_a_role_would_refuse_is_a_preflight_blocker_not_a_refusal_after_it(localhost, case):
+    """The preflight stops the run before the role that would refuse, naming why, and never says "Nothing blocks the
+    install"."""
+    skipped, extra, blocker, refused_at = REFUSALS[case]
+    if skipped:
+        pytest.skip(f"this machine is not one with {case}")
+    res = playbook(localhost, "node.yml", *extra)
     out = " ".join(res.stdout.split())
     assert res.returncode != 0
-    assert "BLOCKER no_kernel_installed" in out, out[-3000:]
+    assert blocker in out, out[-3000:]
     assert "Nothing blocks the install" not in out
-    assert "Plan the driver" not in out
+    assert refused_at not in out
 
 
 def test_the_run_s_summary_is_written_to_gpuops_report_path(localhost, tmp_path):
     report = tmp_path / "report.json"
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
-                          "-e", "gpuops_driver_method=containerized", "-e", "gpuops_node_container_toolkit=false",
-                          "-e", f"gpuops_report_path={report}"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = playbook(localhost, "node.yml", "gpuops_driver_method=containerized", "gpuops_node_container_toolkit=false",
+                   f"gpuops_report_path={report}")
     assert res.returncode == 0, res.stdout[-4000:]
     summary = json.loads(report.read_text())
     assert summary["hosts"] == 1 and summary["blocked_hosts"] == [] and summary["not_read_hosts"] == []
@@ -120,51 +138,33 @@ def test_the_run_s_summary_is_written_to_gpuops_report_path(localhost, tmp_path)
     assert summary["ok"] is True and summary["validation"] is None
 
 
-@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+@pytest.mark.skipif(HAS_KERNEL, reason="this machine has a kernel under /lib/modules")
 def test_a_preflight_s_blockers_are_in_the_summary(localhost, tmp_path):
     report = tmp_path / "report.json"
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(localhost), str(REPO / "playbooks/preflight.yml"),
-                          "-e", "gpuops_preflight_report_only=true", "-e", f"gpuops_report_path={report}"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = playbook(localhost, "preflight.yml", "gpuops_preflight_report_only=true", f"gpuops_report_path={report}", check_mode=False)
     assert res.returncode == 0, res.stdout[-4000:]
     summary = json.loads(report.read_text())
     assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
     assert [b["id"] for b in summary["blockers"]["localhost"]] == (
-        ["no_kernel_installed"] + ([] if shutil.which("containerd") or shutil.which("crio") else ["no_container_runtime"]))
+        ["no_kernel_installed"] + ([] if HAS_RUNTIME else ["no_container_runtime"]))
 
 
-@pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
+@pytest.mark.skipif(HAS_RUNTIME, reason="this machine has a container runtime")
 def test_uninstall_yml_on_a_node_without_a_runtime_skips_that_part(localhost):
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/uninstall.yml"),
-                          "-e", "gpuops_uninstall_cluster=false"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = playbook(localhost, "uninstall.yml", "gpuops_uninstall_cluster=false")
     assert res.returncode == 0, res.stdout[-4000:]
     assert "found neither containerd nor crio" not in res.stdout
 
 
-@pytest.mark.skipif(bool(shutil.which("containerd") or shutil.which("crio")), reason="this machine has a container runtime")
-def test_a_node_without_a_runtime_is_a_preflight_blocker_not_a_refusal_of_the_toolkit_role(localhost):
-    """node.yml's container_toolkit role refuses a node with neither containerd nor CRI-O: the preflight stops the run
-    first, naming the variables, and never says "Nothing blocks the install"."""
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks/node.yml"),
-                          "-e", "gpuops_driver_method=containerized"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
-    out = " ".join(res.stdout.split())
-    assert res.returncode != 0
-    assert "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto finds neither containerd nor crio" in out, out[-3000:]
-    assert "Nothing blocks the install" not in out
-    assert "Check the runtime settings" not in out
 
 
-@pytest.mark.skipif(any(Path("/lib/modules").glob("*/kernel")), reason="this machine has a kernel under /lib/modules")
+@pytest.mark.skipif(HAS_KERNEL, reason="this machine has a kernel under /lib/modules")
 @pytest.mark.parametrize("name", ["node.yml", "preflight.yml", "site.yml"])
 def test_a_run_stopped_on_every_node_by_the_preflight_still_publishes_its_summary(localhost, tmp_path, name):
     """Where the preflight blocks every node of the play, Ansible ends the whole run there, before report.yml: the
     summary (what blocks each node, the thing an AWX workflow branches on) is published before the stop."""
     report = tmp_path / "report.json"
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--check", "-i", str(localhost), str(REPO / "playbooks" / name),
-                          "-e", f"gpuops_report_path={report}", "-e", "gpuops_cluster_kubeconfig=/nonexistent"],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = playbook(localhost, name, f"gpuops_report_path={report}", "gpuops_cluster_kubeconfig=/nonexistent")
     assert res.returncode != 0
     assert "blocker(s) on localhost" in " ".join(res.stdout.split()), res.stdout[-3000:]
     summary = json.loads(report.read_text())
