@@ -372,6 +372,7 @@ answers:
       C(fabric_manager) resolved - C(module_type), C(driver_version), C(image_build) - and with the distribution facts it
       planned for, C(distribution), C(major_version), C(architecture)) and C(result), what that role's module would
       return with them in check mode, or null where it would fail or warn (or the package lists are not fresh).
+    - Where that module would fail, also C(refused), its message (naming the role's variable); the preflight blocks on it.
   returned: when O(checks) is set
   type: dict
   sample:

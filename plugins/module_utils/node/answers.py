@@ -73,20 +73,34 @@ def validated(spec: dict[str, dict[str, Any]], given: dict[str, Any]) -> dict[st
     return None if checked.error_messages else checked.validated_parameters
 
 
-def _borrowed(module: AnsibleModule, params: dict[str, Any], run: Callable[[ModuleView], dict[str, Any]],
-              whose: str) -> dict[str, Any] | None:
-    """`run`'s result as the borrowed module's check-mode run with these parameters; None where that run would fail (its
-    module's own run then says so). Its warnings become this module's, after `whose` check they are, only with an
-    answer: where none is given, the role's own run warns."""
+def _run_borrowed(module: AnsibleModule, params: dict[str, Any], run: Callable[[ModuleView], dict[str, Any]],
+                  whose: str) -> dict[str, Any] | None:
+    """`run`'s result as the borrowed module's check-mode run with these parameters; None where the check cannot be made
+    in this process; Refused (its message) where that module would fail. Its warnings become this module's, after
+    `whose` check they are, only with an answer: where none is given, the role's own run warns."""
     view = ModuleView(module, params)
     try:
         result = run(view)
-    except (Refused, RuntimeError, OSError, ValueError):
+    except (RuntimeError, OSError, ValueError):
         return None
     if result is not None:
         for warning in view.warnings:
             module.warn(f"{whose}: {warning}")
     return result
+
+
+def _answer(settings: dict[str, Any], module: AnsibleModule, params: dict[str, Any],
+            run: Callable[[ModuleView], dict[str, Any]], whose: str) -> dict[str, Any]:
+    """The answer to a role's check: {settings, result}, and where the role's module would fail, `refused` (its message,
+    which names the role's variable; the preflight blocks on it before any role changes the node)."""
+    try:
+        return {"settings": settings, "result": _run_borrowed(module, params, run, whose)}
+    except Refused as exc:
+        return _refused(settings, str(exc))
+
+
+def _refused(settings: dict[str, Any], message: str) -> dict[str, Any]:
+    return {"settings": settings, "result": None, "refused": message}
 
 
 def _planned(settings: dict[str, Any], given: dict[str, Any], facts: dict[str, str]) -> dict[str, Any]:
@@ -133,7 +147,9 @@ def rdma(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], 
     params = _plan_params(settings, info, facts)
     try:
         result: dict[str, Any] | None = rdma_run.run(ModuleView(module, params), params, host)
-    except (PlanError, RuntimeError, OSError):
+    except PlanError as exc:
+        return _refused(_planned(settings, given, facts), str(exc))
+    except (RuntimeError, OSError):
         result = None
     if result is not None and result.pop("warnings"):
         result = None
@@ -151,9 +167,8 @@ def driver(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any]
     settings = validated(spec, given)
     if settings is None or not facts:
         return {"settings": given, "result": None}
-    result = _borrowed(module, _plan_params(settings, info, facts), lambda view: driver_host.files_result(view, False, host),
-                       "the driver role's check")
-    return {"settings": _planned(settings, given, facts), "result": result}
+    return _answer(_planned(settings, given, facts), module, _plan_params(settings, info, facts),
+                   lambda view: driver_host.files_result(view, False, host), "the driver role's check")
 
 
 def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], facts: dict[str, str],
@@ -180,7 +195,9 @@ def fabric_manager(module: AnsibleModule, given: dict[str, Any], info: Mapping[s
     params = _plan_params(settings, info, facts)
     try:
         result: dict[str, Any] | None = fabric_manager_run.run(ModuleView(module, params), params, host)
-    except (PlanError, RuntimeError, OSError):
+    except PlanError as exc:
+        return _refused(_planned(settings, resolved, facts), str(exc))
+    except (RuntimeError, OSError):
         result = None
     return {"settings": _planned(settings, resolved, facts), "result": result}
 
@@ -198,8 +215,7 @@ def cdi_spec(module: AnsibleModule, given: dict[str, Any], refresh_unit: bool) -
     params = validated(cdi_run.ARGUMENT_SPEC, resolved)
     if params is None:
         return {"settings": shown, "result": None}
-    result = _borrowed(module, params, lambda view: cdi_run.spec_result(view, False), "the CDI spec's check")
-    return {"settings": shown, "result": result}
+    return _answer(shown, module, params, lambda view: cdi_run.spec_result(view, False), "the CDI spec's check")
 
 
 def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
@@ -212,9 +228,8 @@ def cdi_refresh(module: AnsibleModule, given: dict[str, Any]) -> dict[str, Any]:
     params = validated(node_files.ARGUMENT_SPEC, settings)
     if params is None:
         return {"settings": settings, "result": None}
-    result = _borrowed(module, params, lambda view: node_files.module_result(view, diff=view._diff, image_build=False),
-                       "the CDI refresh units' check")
-    return {"settings": settings, "result": result}
+    return _answer(settings, module, params, lambda view: node_files.module_result(view, diff=view._diff, image_build=False),
+                   "the CDI refresh units' check")
 
 
 def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mapping[str, Any], host: Host | None = None) -> dict[str, Any]:
@@ -232,9 +247,8 @@ def container_runtime(module: AnsibleModule, given: dict[str, Any], info: Mappin
     params = validated(container_runtime_run.ARGUMENT_SPEC, resolved)
     if params is None or params["state"] != "present":
         return {"settings": given, "result": None}
-    result = _borrowed(module, params, lambda view: container_runtime_run.validate(view, host),
-                       "the container_toolkit role's settings check")
-    return {"settings": given, "result": result}
+    return _answer(given, module, params, lambda view: container_runtime_run.validate(view, host),
+                   "the container_toolkit role's settings check")
 
 
 # The answers made of the package lists: older lists are refreshed before those roles plan, and the roles then take no

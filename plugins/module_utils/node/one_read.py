@@ -14,7 +14,8 @@ role takes its answer instead of a module run of its own where the answer still 
    disabled role). `ROLES` are the roles whose checks a read can answer.
 2. gpu_info's `checks` option takes a list of them; its `answers` return has, per role asked, `{settings, result}`: the
    settings as the answering module read them (with the distribution it planned for, where `Terms.planned`), and the
-   module's check-mode result, or null where that module would fail or warn.
+   module's check-mode result, or null where that module would fail or warn; where it would fail, `refused` is its
+   message (answers.py), which the preflight blocks on.
 3. The answers still open in a run are one fact, `__gpuops_node_answers` (the read's `answers`, or none where the node
    changed after the read: an NVML binding installed). Each role, at the end of its turn, leaves the answers to the roles
    after it (`after`): all but its own where it changed nothing, none where it changed the node. A role's answer is so

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import resolve_method
@@ -32,6 +33,9 @@ class Settings(TypedDict, total=False):
     nouveau_managed: bool  # the nouveau role runs before the driver
     driver_container_precompiled: bool  # containerized: the images carry precompiled, signed modules
     driver_kernel_release: str  # gpuops_driver_kernel_release: the kernel the driver is installed for, when set
+    # The read's answers to the checks of the roles that follow (gpu_info's `answers`, node.yml): a check such a role would
+    # fail is a blocker.
+    answers: Mapping[str, Any]
     # The runtime the container_toolkit role configures (gpuops_container_toolkit_runtime: auto, containerd, crio); empty
     # where no such role follows (gpuops_node_container_toolkit: false), and then not judged.
     container_runtime: str
@@ -41,8 +45,30 @@ def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
     return {"id": fid, "severity": severity, "message": message, "fix": fix}
 
 
+# The findings that name a role's cause of refusal: with one of them, that role's refusal says nothing more.
+ROLE_OF = {"no_kernel_installed": "driver", "runfile_driver": "driver", "mixed_module_types": "driver",
+           "secure_boot_unsigned": "driver", "fabric_manager_disabled": "fabric_manager", "no_container_runtime": "container_toolkit"}
+
+
 def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings) -> list[dict[str, str]]:
-    """Blockers (the install would fail or the node would not work) and warnings, in a stable order."""
+    """Blockers (the install would fail or the node would not work) and warnings, in a stable order: the node's, then
+    what the roles that follow would refuse (their answered checks), unless a finding names that role's cause."""
+    found = _node_findings(gpu_info, distribution, major_version, settings)
+    named = {ROLE_OF.get(f["id"]) for f in found if f["severity"] == "blocker"}
+    if "unsupported_distribution" in {f["id"] for f in found}:
+        return found
+    for role, answer in (settings.get("answers") or {}).items():
+        refused = answer.get("refused") if isinstance(answer, Mapping) else None
+        if refused and role not in named:
+            found.append(_finding(
+                f"{role}_refuses", "blocker", f"the {role} role would refuse: {refused}",
+                "change what that names, then run again: node.yml stopped here, before any change",
+            ))
+    return found
+
+
+def _node_findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings) -> list[dict[str, str]]:
+    """The node's own blockers and warnings."""
     method = settings.get("driver_method", "auto")
     if method not in DRIVER_METHODS:
         raise ValueError(f"driver method {method!r} is not one of {', '.join(DRIVER_METHODS)}")

@@ -33,18 +33,21 @@ def test_an_answer_s_warnings_are_the_answering_module_s_named_and_only_with_the
         view.warn("containerd 1.6.20 has no CDI support")
         return {"changed": False}
 
-    assert answers._borrowed(module, {}, answered, "the toolkit's check") == {"changed": False}
+    assert answers._answer({"s": 1}, module, {}, answered, "the toolkit's check") == {"settings": {"s": 1}, "result": {"changed": False}}
     assert warned == ["the toolkit's check: containerd 1.6.20 has no CDI support"]
 
     def refused(view):
         view.warn("said before failing")
         view.fail_json(msg="no")
 
-    # No answer: the role's own run warns (and fails), not this one.
-    assert answers._borrowed(module, {}, refused, "the toolkit's check") is None and len(warned) == 1
+    # No answer but the refusal: the role's own run warns (and fails), not this one.
+    assert answers._answer({}, module, {}, refused, "the toolkit's check") == {"settings": {}, "result": None, "refused": "no"}
+    assert len(warned) == 1
     # Nested: a check answered inside a borrowed run warns through it, each naming whose check it is.
-    outer = answers._borrowed(module, {}, lambda view: answers._borrowed(view, {}, answered, "the spec's check"), "the role's check")
-    assert outer == {"changed": False} and warned[1:] == ["the role's check: the spec's check: containerd 1.6.20 has no CDI support"]
+    outer = answers._answer({}, module, {}, lambda view: answers._answer({}, view, {}, answered, "the spec's check")["result"],
+                            "the role's check")
+    assert outer["result"] == {"changed": False}
+    assert warned[1:] == ["the role's check: the spec's check: containerd 1.6.20 has no CDI support"]
 
 
 @pytest.fixture
@@ -93,3 +96,37 @@ def test_a_refused_fabric_manager_plan_is_not_answered(monkeypatch):
 
     monkeypatch.setattr(fabric_manager_run, "run", refuse)
     assert answers.fabric_manager(object(), dict(ASKED), {}, FACTS, DRIVER)["result"] is None
+
+
+def test_a_refused_plan_is_answered_with_the_refusal_the_role_would_fail_with(monkeypatch, fm_runs):
+    """No result, so the role runs its own module (and fails); the refusal itself is in the answer, for the preflight to
+    name before any role changes the node."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+
+    def refuse(view, _diff, _host=None):
+        view.fail_json(msg="gpuops_driver_branch: '999': no such branch", variable="gpuops_driver_branch")
+
+    monkeypatch.setattr(driver_host, "files_result", refuse)
+    answer = answers.driver(object(), {"method": "dkms"}, {}, FACTS)
+    assert answer["result"] is None and answer["refused"] == "gpuops_driver_branch: '999': no such branch"
+
+    def plan_error(_module, _params, _host=None):
+        raise PlanError("gpuops_fabric_manager_driver_version", "no such version")
+
+    monkeypatch.setattr(fabric_manager_run, "run", plan_error)
+    answer = answers.fabric_manager(object(), dict(ASKED), {}, FACTS, DRIVER)
+    assert answer["result"] is None and answer["refused"] == "gpuops_fabric_manager_driver_version: no such version"
+
+
+def test_a_check_that_cannot_be_made_here_is_not_a_refusal(monkeypatch):
+    """An error of the read itself (a command that cannot run in this process) leaves the check to the role: no refusal."""
+    from ansible_collections.gpuops.nvidia.plugins.module_utils.node import driver_host
+
+    def broken(_view, _diff, _host=None):
+        raise OSError("cannot run apt-cache")
+
+    monkeypatch.setattr(driver_host, "files_result", broken)
+    answer = answers.driver(object(), {"method": "dkms"}, {}, FACTS)
+    assert answer["result"] is None and "refused" not in answer
+    # Settings the module would refuse are not asked (the role's own input check names them): no refusal either.
+    assert "refused" not in answers.driver(object(), {"method": 3}, {}, FACTS)

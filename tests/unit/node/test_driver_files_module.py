@@ -155,5 +155,9 @@ def test_the_reads_driver_answer_is_the_modules_check_mode_result_and_changes_no
 
 
 def test_the_reads_driver_answer_is_none_where_the_plan_is_refused_or_the_settings_are_wrong(node, params):
-    assert _answer(params, branch="999")["result"] is None
-    assert _answer(params, method="magic")["result"] is None
+    refused = _answer(params, branch="999")
+    # The module's own refusal, word for word: the preflight names it before any role changes the node.
+    assert refused["result"] is None and refused["refused"] == node[1](branch="999")["msg"]
+    assert refused["refused"].startswith("gpuops_driver_branch: ")
+    wrong = _answer(params, method="magic")
+    assert wrong["result"] is None and "refused" not in wrong  # the role's input check names it first

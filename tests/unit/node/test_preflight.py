@@ -198,3 +198,24 @@ def test_the_runtimes_on_the_node_are_read_from_path_and_the_sbin_directories(tm
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     assert container_runtimes(sbin=(str(tmp_path / "sbin"),)) == ["containerd", "crio"]
     assert container_runtimes(sbin=()) == ["containerd"]
+
+
+def test_what_a_following_role_would_refuse_blocks_naming_the_role(info_of):
+    """node.yml's read answers the checks of the roles that follow; a check those roles would fail is a blocker before
+    the nouveau or RDMA role changes anything, unless a finding already names that role's cause."""
+    info = info_of("hgx-h100")
+    refused = {"driver": {"settings": {}, "result": None,
+                          "refused": "gpuops_driver_branch: None: Debian 12 (distro repository) has no NVIDIA driver"},
+               "fabric_manager": {"settings": {}, "result": {"changed": False}},
+               "container_toolkit": {"settings": {}, "result": None}}
+    found = findings(info, "Ubuntu", "24", {**DEFAULTS, "answers": refused})
+    assert ids(found) == ["driver_refuses"]
+    blocker = found[-1] if found[-1]["id"] == "driver_refuses" else next(f for f in found if f["id"] == "driver_refuses")
+    assert blocker["message"].startswith("the driver role would refuse: gpuops_driver_branch: None: Debian 12")
+    assert "gpuops_driver_branch" in blocker["message"] and "before any change" in blocker["fix"]
+    # A finding that names the driver role's cause stands alone.
+    bare = copy.deepcopy(info)
+    bare["node"]["kernel"]["installed"] = []
+    assert ids(findings(bare, "Ubuntu", "24", {**DEFAULTS, "answers": refused})) == ["no_kernel_installed"]
+    # On a distribution the collection does not install on, that says it all.
+    assert ids(findings(info, "CentOS", "7", {**DEFAULTS, "answers": refused})) == ["unsupported_distribution"]
