@@ -156,8 +156,6 @@ def test_uninstall_yml_on_a_node_without_a_runtime_skips_that_part(localhost):
     assert "found neither containerd nor crio" not in res.stdout
 
 
-
-
 @pytest.mark.skipif(HAS_KERNEL, reason="this machine has a kernel under /lib/modules")
 @pytest.mark.parametrize("name", ["node.yml", "preflight.yml", "site.yml"])
 def test_a_run_stopped_on_every_node_by_the_preflight_still_publishes_its_summary(localhost, tmp_path, name):

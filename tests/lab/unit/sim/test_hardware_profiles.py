@@ -75,7 +75,7 @@ def test_profile_reads_back(profile, tmp_path, fake_nvml, monkeypatch):
     assert info["node"]["modules"]["nouveau"] is nouveau
     assert info["node"]["secure_boot"] == secure_boot
     assert info["node"]["kernel"]["running"] == "6.8.0-45-generic"
-    assert info["schema_version"] == facts.SCHEMA_VERSION == 6
+    assert info["schema_version"] == facts.SCHEMA_VERSION == 7
     assert set(info["derived"]) == {"kernel_module_type", "fabric_manager"}  # hardware only: no labels
     if status == "ok":
         assert [g["bus_id"] for g in info["nvml"]["gpus"]] == [g["bus_id"] for g in info["pci"]["gpus"]]
