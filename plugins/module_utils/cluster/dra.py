@@ -18,10 +18,16 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drive
 
 DRIVER = "gpu.nvidia.com"
 API = "resource.k8s.io/v1"
-# The driver's feature gates (its pkg/featuregates), and those DynamicMIG cannot run with.
+# The driver's feature gates (its pkg/featuregates/featuregates.go, kubernetes-sigs main at 95932046, v0.5.0-dev: the
+# last five came after NVIDIA's v25.12.0), and those DynamicMIG cannot run with.
 FEATURE_GATES = ("TimeSlicingSettings", "MPSSupport", "PassthroughSupport", "DynamicMIG", "NVMLDeviceHealthCheck",
-                 "IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors")
+                 "IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors", "DeviceMetadata",
+                 "FabricManagerPartitioning", "HostManagedIMEXDaemon", "DRAListTypeAttributes", "ConsumableShares")
 NOT_WITH_DYNAMIC_MIG = ("PassthroughSupport", "NVMLDeviceHealthCheck", "MPSSupport")
+# What else the driver refuses to start with (its featuregates.go ValidateFeatureGates): a gate that needs another on,
+# and PassthroughSupport with NVMLDeviceHealthCheck (since v0.5.0, as DeviceMetadata's need). The gates on by default.
+REQUIRES = {"ComputeDomainCliques": "IMEXDaemonsWithDNSNames", "DeviceMetadata": "PassthroughSupport"}
+ON_BY_DEFAULT = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors")
 # ComputeDomains: the custom resource their controller follows, which NVIDIA's chart installs (its crds/).
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 COMPUTE_DOMAIN_KIND = "ComputeDomain"
@@ -45,6 +51,17 @@ def check_feature_gates(gates: object) -> list[str]:
         if clash:
             errors.append(f"{var}: DynamicMIG cannot be on with {', '.join(clash)} (the driver refuses to start); "
                           "accepted: one of them")
+
+    def on(gate: str) -> bool:
+        return gates.get(gate, gate in ON_BY_DEFAULT) is True
+
+    if on("PassthroughSupport") and on("NVMLDeviceHealthCheck"):
+        errors.append(f"{var}: PassthroughSupport cannot be on with NVMLDeviceHealthCheck (the driver refuses to start); "
+                      "accepted: one of them")
+    for gate, needed in REQUIRES.items():
+        if on(gate) and not on(needed):
+            errors.append(f"{var}: {gate} is on{'' if gate in gates else ' (its default)'} and needs {needed}, which is off "
+                          f"(the driver refuses to start); accepted: {needed} true, or {gate} false")
     return errors
 
 

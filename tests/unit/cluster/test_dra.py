@@ -22,6 +22,14 @@ from .test_driver_container import row
     ({"DynamicMIG": True, "MPSSupport": True, "NVMLDeviceHealthCheck": True},
      ["gpuops_dra_feature_gates: DynamicMIG cannot be on with NVMLDeviceHealthCheck, MPSSupport"]),
     (["MPSSupport"], ["gpuops_dra_feature_gates: ['MPSSupport'] is not a mapping"]),
+    # What the v0.5.0 driver refuses besides (its featuregates.go): gates it needs together or apart.
+    ({"PassthroughSupport": True, "NVMLDeviceHealthCheck": True},
+     ["gpuops_dra_feature_gates: PassthroughSupport cannot be on with NVMLDeviceHealthCheck"]),
+    ({"DeviceMetadata": True}, ["gpuops_dra_feature_gates: DeviceMetadata is on and needs PassthroughSupport, which is off"]),
+    ({"DeviceMetadata": True, "PassthroughSupport": True, "FabricManagerPartitioning": True, "ConsumableShares": True}, []),
+    ({"IMEXDaemonsWithDNSNames": False},
+     ["gpuops_dra_feature_gates: ComputeDomainCliques is on (its default) and needs IMEXDaemonsWithDNSNames, which is off"]),
+    ({"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False, "HostManagedIMEXDaemon": True}, []),
 ])
 def test_feature_gates_are_checked_as_the_driver_checks_them(gates, errors):
     found = dra.check_feature_gates(gates)
