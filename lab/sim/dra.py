@@ -1,7 +1,7 @@
 """The lab's stand-in for the NVIDIA DRA driver's kubelet plugin: the ResourceSlice it publishes for a node's GPUs.
 
 KWOK runs no container, so no kubelet plugin reads the simulated GPUs. The simulated device plugin
-(devplugin.py) also watches the DRA driver's kubelet plugin pods (`app=nvidia-dra-driver-gpu-kubelet-plugin`, the
+(devplugin.py) also watches the DRA driver's kubelet plugin pods (`app=dra-driver-nvidia-gpu-kubelet-plugin`, the
 collection's dra role's label): while one runs on a node, the node's ResourceSlice of driver `gpu.nvidia.com` is there,
 as the plugin publishes it (one pool named after the node, one slice), and it goes with the last pod, as the kubelet
 removes the slices of a driver that unregisters. The lab's real kube-scheduler allocates ResourceClaims from them.
@@ -20,7 +20,7 @@ import hashlib
 import re
 
 DRIVER = "gpu.nvidia.com"
-PLUGIN_APP = "nvidia-dra-driver-gpu-kubelet-plugin"
+PLUGIN_APP = "dra-driver-nvidia-gpu-kubelet-plugin"
 # Compute capability major -> the architecture name the driver's attribute carries (8.9 is Ada Lovelace).
 _ARCH = {5: "Maxwell", 6: "Pascal", 7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell", 12: "Blackwell"}
 

@@ -113,13 +113,13 @@ def dra_driver_root(nodes: dict, root: str) -> str:
     return cluster_dra.driver_root(nodes, str(root or ""))[0]
 
 
-def dra_api_errors(info: Any, compute_domains: Any = "auto") -> list:
-    """Whether the cluster serves resource.k8s.io/v1, and the ComputeDomain CRDs where they are required, from
-    cluster_read's result with api_groups (kubernetes.core.k8s_cluster_info's shape)."""
+def dra_api_errors(info: Any) -> list:
+    """Whether the cluster serves resource.k8s.io/v1, from cluster_read's result with api_groups
+    (kubernetes.core.k8s_cluster_info's shape). The ComputeDomain CRDs are the dra role's to apply, not the cluster's to have."""
     info = info if isinstance(info, dict) else {}
     server = ((info.get("version") or {}).get("server") or {}).get("kubernetes") or {}
     apis = info.get("apis") or {}
-    return cluster_dra.check_api(apis, str(server.get("gitVersion") or "")) + cluster_dra.check_compute_domains(apis, compute_domains)
+    return cluster_dra.check_api(apis, str(server.get("gitVersion") or ""))
 
 
 def dra_expected_devices(nodes: dict, mig_applied: dict | None = None) -> dict:

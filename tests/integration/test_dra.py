@@ -6,10 +6,11 @@ hardware profile while the dra role's plugin pod runs there, so the real kube-sc
 the devices a node of that profile has. In order: a run deploys the DRA driver in place of the device plugin and
 validates every node's devices (the smoke test claims one through the scheduler); a second run changes nothing; a claim
 of two GPUs of a product, chosen with a CEL selector, lands on the node that has them; a claim no node can satisfy stays
-pending with the scheduler's reason; ComputeDomains, required without their CRDs, stop the run before any change, and
-come with the CRDs (stand-ins of NVIDIA's), their RBAC judged by the API server; switching back to the device plugin
-leaves no DRA object (ComputeDomains included), and switching to DRA again leaves no device plugin object; without the
-CRDs, ComputeDomains go.
+pending with the scheduler's reason; ComputeDomains come with their CRDs, which the role applies (the kubernetes-sigs
+driver leaves them to the deployer) and the API server enforces, their RBAC judged by the API server; an upgrade from
+the driver under NVIDIA's former names leaves one kubelet plugin, the renamed one; switching back to the device plugin
+leaves no DRA object (ComputeDomains included, their CRDs kept), and switching to DRA again leaves no device plugin
+object; turned off, ComputeDomains go.
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ from tests.integration.test_lab_cluster import kubectl, lab, wait_for
 
 NODES = (("x-h100", "hgx-h100"), ("x-a100", "a100-pcie-mig"), ("x-v100", "v100"), ("x-cpu", "no-gpu"))
 DRA = {"gpuops_gpu_scheduling": "dra"}
-DRA_OBJECTS = (("daemonset", NS, "nvidia-dra-driver-gpu-kubelet-plugin"), ("deviceclass", "", "gpu.nvidia.com"),
+DRA_OBJECTS = (("daemonset", NS, "dra-driver-nvidia-gpu-kubelet-plugin"), ("deviceclass", "", "gpu.nvidia.com"),
                ("deviceclass", "", "mig.nvidia.com"), ("clusterrole", "", "gpuops-nvidia-dra-driver-kubeletplugin"),
-               ("serviceaccount", NS, "nvidia-dra-driver-gpu-service-account-kubeletplugin"),
+               ("serviceaccount", NS, "dra-driver-nvidia-gpu-service-account-kubeletplugin"),
                ("resourceclaimtemplate", NS, "gpuops-validation-gpu"))
+# The ComputeDomain CRDs the role applies; never removed (that would delete every ComputeDomain).
+CRDS = (("crd", "", "computedomains.resource.nvidia.com"), ("crd", "", "computedomaincliques.resource.nvidia.com"))
+# What the role deployed under NVIDIA's names, up to the v25.12.0 driver.
+OLD_OBJECTS = (("daemonset", NS, "nvidia-dra-driver-gpu-kubelet-plugin"), ("deployment", NS, "nvidia-dra-driver-gpu-controller"),
+               ("serviceaccount", NS, "nvidia-dra-driver-gpu-service-account-kubeletplugin"),
+               ("serviceaccount", NS, "nvidia-dra-driver-gpu-service-account-controller"))
 PLUGIN_OBJECTS = (("daemonset", NS, "nvidia-device-plugin-daemonset"), ("clusterrole", "", "gpuops-nvidia-device-plugin"),
                   ("serviceaccount", NS, "nvidia-device-plugin"))
 
@@ -67,7 +74,8 @@ def test_the_dra_driver_replaces_the_device_plugin_and_every_node_publishes_its_
     kubeconfig, inventory, _state = cluster
     res = playbook(inventory, extra=DRA)
     assert res.returncode == 0, res.stdout[-4000:]
-    assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
+    # ComputeDomains too (auto), with the CRDs the role applies.
+    assert all(exists(kubeconfig, *o) for o in (*DRA_OBJECTS, *CRDS, *CD_OBJECTS))
     assert not any(exists(kubeconfig, *o) for o in PLUGIN_OBJECTS)
     labels = nvidia_labels(kubeconfig)
     assert labels["x-h100"]["nvidia.com/gpu.deploy.dra-driver"] == "true" and "nvidia.com/gpu.deploy.device-plugin" not in labels["x-h100"]
@@ -83,6 +91,37 @@ def test_the_dra_driver_replaces_the_device_plugin_and_every_node_publishes_its_
                                            "gpu-0-mig-3g40gb-9-4", "gpu-1"]
     assert "4 GPU node(s) valid" in res.stdout or "3 GPU node(s) valid" in res.stdout, res.stdout[-3000:]
 
+    again = playbook(inventory, extra=DRA)
+    assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
+
+
+def _old_driver() -> str:
+    """The kubelet plugin, controller and accounts as the role applied them under NVIDIA's names (the labels it set)."""
+    labels = {"app.kubernetes.io/managed-by": "gpuops.nvidia", "app.kubernetes.io/part-of": "nvidia-gpu"}
+
+    def workload(kind: str, name: str) -> dict:
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"nodeSelector": {"nvidia.com/gpu.deploy.dra-driver": "true"},
+                             "containers": [{"name": "gpus", "image": "nvcr.io/nvidia/k8s-dra-driver-gpu:v25.12.0"}]}}}}
+
+    accounts = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": NS, "labels": labels}}
+                for name in ("nvidia-dra-driver-gpu-service-account-kubeletplugin", "nvidia-dra-driver-gpu-service-account-controller")]
+    return yaml.safe_dump_all([workload("DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin"),
+                               workload("Deployment", "nvidia-dra-driver-gpu-controller"), *accounts])
+
+
+def test_an_upgrade_from_nvidias_names_leaves_one_plugin(cluster):
+    """The driver the role deployed under NVIDIA's names (up to v25.12.0) goes in the run that applies the renamed one:
+    two kubelet plugins would both register gpu.nvidia.com on a node. A second run changes nothing."""
+    kubeconfig, inventory, _state = cluster
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=_old_driver())
+    assert all(exists(kubeconfig, *o) for o in OLD_OBJECTS)
+    res = playbook(inventory, extra=DRA)
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert not any(exists(kubeconfig, *o) for o in OLD_OBJECTS)
+    assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
     again = playbook(inventory, extra=DRA)
     assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]
 
@@ -130,22 +169,10 @@ def test_a_claim_no_node_can_satisfy_stays_pending_with_the_schedulers_reason(cl
     kubectl(kubeconfig, "delete", "pod,resourceclaim", "-n", "default", "nine-h100", "--wait=false")
 
 
-# Stand-ins for the ComputeDomain CRDs of NVIDIA's chart (its crds/, which the lab cannot fetch): the group, version,
-# kinds and scope the driver uses, with a schema that keeps whatever is written.
-def _crd(kind: str, plural: str) -> dict:
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.resource.nvidia.com"},
-            "spec": {"group": "resource.nvidia.com", "scope": "Namespaced",
-                     "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                     "versions": [{"name": "v1beta1", "served": True, "storage": True, "subresources": {"status": {}},
-                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-
-
-CD_CRDS = yaml.safe_dump_all([_crd("ComputeDomain", "computedomains"), _crd("ComputeDomainClique", "computedomaincliques")])
-CD_OBJECTS = (("deployment", NS, "nvidia-dra-driver-gpu-controller"), ("deviceclass", "", "compute-domain-daemon.nvidia.com"),
+CD_OBJECTS = (("deployment", NS, "dra-driver-nvidia-gpu-controller"), ("deviceclass", "", "compute-domain-daemon.nvidia.com"),
               ("deviceclass", "", "compute-domain-default-channel.nvidia.com"),
               ("clusterrole", "", "gpuops-nvidia-dra-driver-controller"), ("role", NS, "gpuops-nvidia-dra-driver-controller"),
-              ("serviceaccount", NS, "nvidia-dra-driver-gpu-service-account-controller"),
+              ("serviceaccount", NS, "dra-driver-nvidia-gpu-service-account-controller"),
               ("clusterrole", "", "gpuops-nvidia-dra-compute-domain-daemon"),
               ("serviceaccount", NS, "compute-domain-daemon-service-account"), ("role", NS, "gpuops-nvidia-dra-driver-kubeletplugin"))
 
@@ -156,41 +183,46 @@ def can(kubeconfig, account: str, verb: str, resource: str, *args: str) -> bool:
     return out.stdout.strip() == "yes"
 
 
-def test_compute_domains_come_with_their_crds(cluster):
-    """ComputeDomains need their CRDs: required without them, the run stops before any change; auto deploys the
-    controller, its RBAC and the plugin's compute-domains container once the CRDs are there. The RBAC is judged by the
-    API server, for what each account must and must not do. MPSSupport rides along: with it the GPU plugin runs each
-    claim's MPS control daemon as a Deployment in the namespace (the chart's plugin Role). The CRDs stay for the switch
-    back to the device plugin, which removes all of it."""
-    kubeconfig, inventory, _state = cluster
-    res = playbook(inventory, extra={**DRA, "gpuops_dra_compute_domains": "true"})
-    assert res.returncode != 0 and "gpuops_dra_compute_domains: true, but the cluster does not serve resource.nvidia.com/v1beta1" \
-        in res.stdout, res.stdout[-3000:]
-    assert "changed=0" in res.stdout.split("PLAY RECAP")[-1]
-    assert not any(exists(kubeconfig, *o) for o in CD_OBJECTS)
+def _compute_domain(name: str, template: str) -> str:
+    return yaml.safe_dump({"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+                           "metadata": {"name": name, "namespace": "default"},
+                           "spec": {"channel": {"resourceClaimTemplate": {"name": template}}}})
 
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=CD_CRDS)
-    kubectl(kubeconfig, "wait", "--for=condition=Established", "crd/computedomains.resource.nvidia.com",
-            "crd/computedomaincliques.resource.nvidia.com", "--timeout=60s")
+
+def test_compute_domains_come_with_their_crds(cluster):
+    """ComputeDomains come with their CRDs, which the role applies (auto, the default): the API server serves the kind
+    and enforces the schema (defaults, an immutable spec); the controller, its RBAC and the plugin's compute-domains
+    container are there. The RBAC is judged by the API server, for what each account must and must not do. MPSSupport
+    rides along: with it the GPU plugin runs each claim's MPS control daemon as a Deployment in the namespace (the
+    chart's plugin Role)."""
+    kubeconfig, inventory, _state = cluster
+    assert all(exists(kubeconfig, *o) for o in CRDS)
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=_compute_domain("cd-lab", "cd-lab-channel"))
+    domain = get(kubeconfig, "computedomain", "-n", "default", "cd-lab")
+    assert domain["spec"] == {"channel": {"allocationMode": "Single", "resourceClaimTemplate": {"name": "cd-lab-channel"}}, "numNodes": 0}
+    refused = kubectl(kubeconfig, "apply", "-f", "-", stdin=_compute_domain("cd-lab", "another"), check=False)
+    assert refused.returncode != 0 and "spec cannot change" in refused.stderr, refused.stderr
+    kubectl(kubeconfig, "delete", "computedomain", "-n", "default", "cd-lab")
+
     with_mps = {**DRA, "gpuops_dra_feature_gates": {"MPSSupport": True}}
     res = playbook(inventory, extra=with_mps)
     assert res.returncode == 0, res.stdout[-4000:]
     assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
-    plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-dra-driver-gpu-kubelet-plugin")["spec"]["template"]["spec"]
+    plugin = get(kubeconfig, "daemonset", "-n", NS, "dra-driver-nvidia-gpu-kubelet-plugin")["spec"]["template"]["spec"]
     assert [c["name"] for c in plugin["containers"]] == ["compute-domains", "gpus"]
     cd_container = plugin["containers"][0]
     assert cd_container["command"] == ["compute-domain-kubelet-plugin"] and cd_container["startupProbe"]["grpc"]["port"] == 51515
-    controller = get(kubeconfig, "deployment", "-n", NS, "nvidia-dra-driver-gpu-controller")["spec"]["template"]["spec"]
+    controller = get(kubeconfig, "deployment", "-n", NS, "dra-driver-nvidia-gpu-controller")["spec"]["template"]["spec"]
     (container,) = controller["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert container["command"] == ["compute-domain-controller"] and env["IMAGE_NAME"] == plugin["containers"][1]["image"]
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and controller["serviceAccountName"] == "nvidia-dra-driver-gpu-service-account-controller"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and controller["serviceAccountName"] == "dra-driver-nvidia-gpu-service-account-controller"
     channel = get(kubeconfig, "deviceclass", "compute-domain-default-channel.nvidia.com")["spec"]["selectors"][0]["cel"]["expression"]
     assert channel == ("device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel'"
                        " && device.attributes['compute-domain.nvidia.com'].id == 0")
 
-    controller_sa, daemon_sa, plugin_sa = ("nvidia-dra-driver-gpu-service-account-controller", "compute-domain-daemon-service-account",
-                                           "nvidia-dra-driver-gpu-service-account-kubeletplugin")
+    controller_sa, daemon_sa, plugin_sa = ("dra-driver-nvidia-gpu-service-account-controller", "compute-domain-daemon-service-account",
+                                           "dra-driver-nvidia-gpu-service-account-kubeletplugin")
     allowed = [(controller_sa, "update", "computedomains.resource.nvidia.com", "--subresource=status", "-n", "default"),
                (controller_sa, "create", "resourceclaimtemplates.resource.k8s.io", "-n", "default"),
                (controller_sa, "create", "daemonsets.apps", "-n", NS),
@@ -218,7 +250,7 @@ def test_switching_back_and_forth_leaves_nothing_of_the_other_way(cluster):
     res = playbook(inventory)
     assert res.returncode == 0, res.stdout[-4000:]
     assert not any(exists(kubeconfig, *o) for o in (*DRA_OBJECTS, *CD_OBJECTS, ("deviceclass", "", "vfio.gpu.nvidia.com")))
-    assert all(exists(kubeconfig, *o) for o in PLUGIN_OBJECTS)
+    assert all(exists(kubeconfig, *o) for o in (*PLUGIN_OBJECTS, *CRDS))
     labels = nvidia_labels(kubeconfig)
     assert "nvidia.com/gpu.deploy.dra-driver" not in labels["x-h100"] and labels["x-h100"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
     wait_for("the plugin's ResourceSlices gone with its pods", lambda: slices(kubeconfig) == {}, timeout=60)
@@ -227,24 +259,23 @@ def test_switching_back_and_forth_leaves_nothing_of_the_other_way(cluster):
     assert res.returncode == 0, res.stdout[-4000:]
     assert not any(exists(kubeconfig, *o) for o in PLUGIN_OBJECTS)
     assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
-    # The ComputeDomain CRDs are still there (the test before put them in): auto deploys ComputeDomains again.
     assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
 
 
-def test_compute_domains_go_when_their_crds_go(cluster):
-    """Without the CRDs (and without MPSSupport) auto leaves ComputeDomains out and removes what an earlier run deployed:
-    the controller, its RBAC, the compute-domains container, the plugin's Role; a second run changes nothing."""
+def test_compute_domains_go_when_turned_off(cluster):
+    """gpuops_dra_compute_domains false (and no MPSSupport) removes what an earlier run deployed: the controller, its
+    RBAC, the compute-domains container, the plugin's Role; the CRDs stay. A second run changes nothing."""
     kubeconfig, inventory, _state = cluster
     assert all(exists(kubeconfig, *o) for o in CD_OBJECTS)
-    plugin_sa = "nvidia-dra-driver-gpu-service-account-kubeletplugin"
-    kubectl(kubeconfig, "delete", "crd", "computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com")
-    res = playbook(inventory, extra=DRA)
+    plugin_sa = "dra-driver-nvidia-gpu-service-account-kubeletplugin"
+    off = {**DRA, "gpuops_dra_compute_domains": "false"}
+    res = playbook(inventory, extra=off)
     assert res.returncode == 0, res.stdout[-4000:]
-    assert "No ComputeDomains: the computedomains.resource.nvidia.com CRD is not in the cluster" in " ".join(res.stdout.split())
     assert not any(exists(kubeconfig, *o) for o in CD_OBJECTS)
-    plugin = get(kubeconfig, "daemonset", "-n", NS, "nvidia-dra-driver-gpu-kubelet-plugin")["spec"]["template"]["spec"]
+    assert all(exists(kubeconfig, *o) for o in CRDS)
+    plugin = get(kubeconfig, "daemonset", "-n", NS, "dra-driver-nvidia-gpu-kubelet-plugin")["spec"]["template"]["spec"]
     assert [c["name"] for c in plugin["containers"]] == ["gpus"]
     assert all(exists(kubeconfig, *o) for o in DRA_OBJECTS)
     assert not can(kubeconfig, plugin_sa, "create", "deployments.apps", "-n", NS)
-    again = playbook(inventory, extra=DRA)
+    again = playbook(inventory, extra=off)
     assert again.returncode == 0 and recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-3000:]

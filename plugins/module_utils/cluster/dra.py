@@ -18,13 +18,16 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster import drive
 
 DRIVER = "gpu.nvidia.com"
 API = "resource.k8s.io/v1"
-# The driver's feature gates (its pkg/featuregates), and those DynamicMIG cannot run with.
+# The driver's feature gates (its pkg/featuregates/featuregates.go, kubernetes-sigs main at 95932046, v0.5.0-dev: the
+# last five came after NVIDIA's v25.12.0), and those DynamicMIG cannot run with.
 FEATURE_GATES = ("TimeSlicingSettings", "MPSSupport", "PassthroughSupport", "DynamicMIG", "NVMLDeviceHealthCheck",
-                 "IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors")
+                 "IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors", "DeviceMetadata",
+                 "FabricManagerPartitioning", "HostManagedIMEXDaemon", "DRAListTypeAttributes", "ConsumableShares")
 NOT_WITH_DYNAMIC_MIG = ("PassthroughSupport", "NVMLDeviceHealthCheck", "MPSSupport")
-# ComputeDomains: the custom resource their controller follows, which NVIDIA's chart installs (its crds/).
-COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
-COMPUTE_DOMAIN_KIND = "ComputeDomain"
+# What else the driver refuses to start with (its featuregates.go ValidateFeatureGates): a gate that needs another on,
+# and PassthroughSupport with NVMLDeviceHealthCheck (since v0.5.0, as DeviceMetadata's need). The gates on by default.
+REQUIRES = {"ComputeDomainCliques": "IMEXDaemonsWithDNSNames", "DeviceMetadata": "PassthroughSupport"}
+ON_BY_DEFAULT = ("IMEXDaemonsWithDNSNames", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors")
 # The resource names validation counts the published devices under: whole GPUs, and MIG devices per profile.
 GPU = f"{DRIVER}/gpu"
 MIG_PREFIX = f"{DRIVER}/mig-"
@@ -45,6 +48,17 @@ def check_feature_gates(gates: object) -> list[str]:
         if clash:
             errors.append(f"{var}: DynamicMIG cannot be on with {', '.join(clash)} (the driver refuses to start); "
                           "accepted: one of them")
+
+    def on(gate: str) -> bool:
+        return gates.get(gate, gate in ON_BY_DEFAULT) is True
+
+    if on("PassthroughSupport") and on("NVMLDeviceHealthCheck"):
+        errors.append(f"{var}: PassthroughSupport cannot be on with NVMLDeviceHealthCheck (the driver refuses to start); "
+                      "accepted: one of them")
+    for gate, needed in REQUIRES.items():
+        if on(gate) and not on(needed):
+            errors.append(f"{var}: {gate} is on{'' if gate in gates else ' (its default)'} and needs {needed}, which is off "
+                          f"(the driver refuses to start); accepted: {needed} true, or {gate} false")
     return errors
 
 
@@ -60,21 +74,6 @@ def check_api(apis: Mapping[str, Any] | list, version: str) -> list[str]:
     served = sorted(k for k in apis if str(k).startswith("resource.k8s.io/"))
     return [f"gpuops_gpu_scheduling: dra needs the {API} API (Kubernetes 1.34 and later); the cluster runs {version or 'an unknown version'}"
             f"{' and serves ' + ', '.join(served) if served else ', without resource.k8s.io'}; accepted: device-plugin on this cluster"]
-
-
-def compute_domains_served(apis: Mapping[str, Any] | list) -> bool:
-    """Whether the cluster serves the ComputeDomain resource (`apis`: k8s_cluster_info's, group/version -> kind -> ...)."""
-    served = apis.get(COMPUTE_DOMAIN_API) if isinstance(apis, Mapping) else None
-    return isinstance(served, Mapping) and COMPUTE_DOMAIN_KIND in served
-
-
-def check_compute_domains(apis: Mapping[str, Any] | list, setting: object) -> list[str]:
-    """gpuops_dra_compute_domains: true needs the ComputeDomain CRDs in the cluster; auto and false never refuse."""
-    if str(setting).lower() != "true" or compute_domains_served(apis):
-        return []
-    return [f"gpuops_dra_compute_domains: true, but the cluster does not serve {COMPUTE_DOMAIN_API} {COMPUTE_DOMAIN_KIND} (the CRDs "
-            "computedomains.resource.nvidia.com and computedomaincliques.resource.nvidia.com, which NVIDIA's DRA driver chart "
-            "carries); accepted: the CRDs installed first (helm show crds), auto (ComputeDomains where the CRDs are) or false"]
 
 
 def driver_root(nodes: Mapping[str, Mapping[str, Any]], setting: str) -> tuple[str, list[str]]:

@@ -39,6 +39,9 @@ KINDS = {
 # (cluster_common's remove step: device plugin <-> DRA, the driver container's pools) delete them too.
 APPLY = {"get", "list", "create", "patch"}
 REMOVES = {p.parts[-3] for p in REPO.glob("roles/*/tasks/*.yml") if "tasks_from: remove\n" in p.read_text()}
+# Kinds a role applies and never removes: a CRD (the dra role's ComputeDomain CRDs), whose deletion would delete every
+# object of its kind in the cluster. test_crds_are_never_removed holds the roles to it.
+NEVER_REMOVED = {"CustomResourceDefinition"}
 
 _RULE = re.compile(r"^\s*- (\{apiGroups: .*\})\s*$")
 _KIND = re.compile(r"^  kind: (\w+)\s*$")
@@ -113,6 +116,18 @@ def test_the_deployer_may_apply_and_remove_every_kind_a_role_applies(deployer, t
         assert kind in KINDS, f"{template}: kind {kind} unknown to this test: add it to KINDS"
         group, resource, scoped = KINDS[kind]
         held = cluster if scoped else namespaced
-        verbs = APPLY | ({"delete"} if template.parent.parent.name in REMOVES else set())
+        verbs = APPLY | ({"delete"} if template.parent.parent.name in REMOVES and kind not in NEVER_REMOVED else set())
         missing += [f"{kind}: {verb}" for verb in sorted(verbs) if not _holds(held, (group, resource, verb, ""))]
     assert not missing, f"{DEPLOYER.name} cannot apply what {template.parent.parent.name} applies: {sorted(set(missing))}"
+
+
+def test_crds_are_never_removed():
+    """The roles that remove objects name no CRD among them (their vars and tasks), and the deployer may not delete one."""
+    named = [str(p.relative_to(REPO)) for role in sorted(REMOVES) for p in sorted((REPO / "roles" / role).glob("*/*.yml"))
+             if p.parent.name in ("vars", "tasks", "defaults") and "CustomResourceDefinition" in p.read_text()]
+    assert named == []
+    roles = yaml.safe_load(DEPLOYER.read_text())["items"]
+    assert not any(_holds(_grants(r["rules"]), ("apiextensions.k8s.io", "customresourcedefinitions", "delete", "")) for r in roles)
+    # The dra role applies the ComputeDomain CRDs: the deployer may create and patch them.
+    kinds, _ = _template_objects(REPO / "roles/dra/templates/objects.yml.j2")
+    assert kinds.count("CustomResourceDefinition") == 2

@@ -22,6 +22,14 @@ from .test_driver_container import row
     ({"DynamicMIG": True, "MPSSupport": True, "NVMLDeviceHealthCheck": True},
      ["gpuops_dra_feature_gates: DynamicMIG cannot be on with NVMLDeviceHealthCheck, MPSSupport"]),
     (["MPSSupport"], ["gpuops_dra_feature_gates: ['MPSSupport'] is not a mapping"]),
+    # What the v0.5.0 driver refuses besides (its featuregates.go): gates it needs together or apart.
+    ({"PassthroughSupport": True, "NVMLDeviceHealthCheck": True},
+     ["gpuops_dra_feature_gates: PassthroughSupport cannot be on with NVMLDeviceHealthCheck"]),
+    ({"DeviceMetadata": True}, ["gpuops_dra_feature_gates: DeviceMetadata is on and needs PassthroughSupport, which is off"]),
+    ({"DeviceMetadata": True, "PassthroughSupport": True, "FabricManagerPartitioning": True, "ConsumableShares": True}, []),
+    ({"IMEXDaemonsWithDNSNames": False},
+     ["gpuops_dra_feature_gates: ComputeDomainCliques is on (its default) and needs IMEXDaemonsWithDNSNames, which is off"]),
+    ({"IMEXDaemonsWithDNSNames": False, "ComputeDomainCliques": False, "HostManagedIMEXDaemon": True}, []),
 ])
 def test_feature_gates_are_checked_as_the_driver_checks_them(gates, errors):
     found = dra.check_feature_gates(gates)
@@ -43,26 +51,11 @@ def test_a_cluster_without_resource_v1_is_refused_naming_its_version():
     assert cluster_filter.dra_api_errors(new) == []
 
 
-@pytest.mark.parametrize(("setting", "served", "refused"), [
-    ("auto", False, False), ("false", False, False), ("true", True, False), ("true", False, True), (True, False, True),
-    ("auto", True, False)])
-def test_compute_domains_required_need_their_crd_served(setting, served, refused):
+def test_compute_domain_crds_are_not_required_of_the_cluster():
+    # The dra role applies them itself (the kubernetes-sigs driver leaves them to the deployer): a cluster without
+    # resource.nvidia.com passes.
     apis = {"v1": {}, "resource.k8s.io/v1": {"DeviceClass": {}}}
-    if served:
-        apis["resource.nvidia.com/v1beta1"] = {"ComputeDomain": {}, "ComputeDomainClique": {}}
-    info = {"apis": apis, "version": {"server": {"kubernetes": {"gitVersion": "v1.36.3"}}}}
-    errors = cluster_filter.dra_api_errors(info, setting)
-    assert dra.compute_domains_served(apis) is served
-    assert errors == ([
-        "gpuops_dra_compute_domains: true, but the cluster does not serve resource.nvidia.com/v1beta1 ComputeDomain (the CRDs "
-        "computedomains.resource.nvidia.com and computedomaincliques.resource.nvidia.com, which NVIDIA's DRA driver chart "
-        "carries); accepted: the CRDs installed first (helm show crds), auto (ComputeDomains where the CRDs are) or false"]
-        if refused else [])
-
-
-def test_a_group_version_without_the_kind_is_not_compute_domains_served():
-    assert not dra.compute_domains_served({"resource.nvidia.com/v1beta1": {"SomethingElse": {}}})
-    assert not dra.compute_domains_served({"resource.nvidia.com/v1alpha1": {"ComputeDomain": {}}})
+    assert cluster_filter.dra_api_errors({"apis": apis, "version": {"server": {"kubernetes": {"gitVersion": "v1.36.3"}}}}) == []
 
 
 def test_the_driver_root_follows_the_driver_container_and_one_root_is_needed():

@@ -155,7 +155,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
       "share its ports; accepted: another port"]),
     ("DRA feature gates", "dra", {"gpuops_gpu_scheduling": "dra", "gpuops_dra_feature_gates": {"NoSuchGate": True, "DynamicMIG": "yes"}},
      ["gpuops_dra_feature_gates: 'NoSuchGate' is not a feature gate of the DRA driver; accepted: TimeSlicingSettings, MPSSupport, "
-      "PassthroughSupport, DynamicMIG, NVMLDeviceHealthCheck, IMEXDaemonsWithDNSNames, ComputeDomainCliques, CrashOnNVLinkFabricErrors",
+      "PassthroughSupport, DynamicMIG, NVMLDeviceHealthCheck, IMEXDaemonsWithDNSNames, ComputeDomainCliques, CrashOnNVLinkFabricErrors, "
+      "DeviceMetadata, FabricManagerPartitioning, HostManagedIMEXDaemon, DRAListTypeAttributes, ConsumableShares",
       "gpuops_dra_feature_gates['DynamicMIG']: 'yes' is not true or false"]),
     ("DRA driver root", "dra", {"gpuops_gpu_scheduling": "dra", "__nodes": "mixed_driver"},
      ["gpuops_dra_driver_root: the driver container serves a100 and the host's own driver l40s, and the DRA driver's plugin has one "
