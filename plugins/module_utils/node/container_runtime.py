@@ -51,8 +51,8 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 CDI_CHOICES = ("auto", "enable", "skip")
 TOOLKIT_MODES = ("auto", "cdi", "legacy", "jit-cdi", "csv")
 # NRI mode: CDI devices injected by an NRI plugin, no nvidia runtime. The runtime must apply an NRI plugin's CDI device
-# adjustment (containerd/nri v0.10's api.CDIDevice): containerd 1.7.30 and later 1.7 releases, 2.1 and later (2.0 has
-# none); CRI-O 1.34 and later.
+# adjustment (containerd/nri's ContainerAdjustment.AddCDIDevice): containerd 1.7.30 and later 1.7 releases, 2.1 and
+# later (2.0 has none); CRI-O 1.34 and later (docs/nri.md).
 NRI_PLUGIN = "io.containerd.nri.v1.nri"
 NRI_CONTAINERD_17_MIN = (1, 7, 30)
 NRI_CONTAINERD_MIN = (2, 1, 0)
