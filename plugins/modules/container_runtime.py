@@ -108,6 +108,16 @@ options:
     description: Other keys of the toolkit's config, as dotted keys (C(nvidia-container-cli.root)).
     type: dict
     default: {}
+  nri:
+    description:
+      - NRI mode, where an NRI plugin injects the CDI devices (annotations C(nvidia.cdi.k8s.io/container.<name>)) and no
+        RuntimeClass is needed. The runtime's config gets NRI and CDI enabled and nothing else - no nvidia runtime, the
+        default runtime left as it is.
+      - Refused, before anything is written, on containerd before 1.7.30, on 2.0, on CRI-O before 1.34, and with
+        O(cdi=skip).
+    type: bool
+    default: false
+    version_added: 0.2.0
   backup:
     description: Keep a backup of each file replaced.
     type: bool

@@ -50,6 +50,13 @@ RUNTIME_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 CDI_CHOICES = ("auto", "enable", "skip")
 TOOLKIT_MODES = ("auto", "cdi", "legacy", "jit-cdi", "csv")
+# NRI mode: CDI devices injected by an NRI plugin, no nvidia runtime. The runtime must apply an NRI plugin's CDI device
+# adjustment (containerd/nri's ContainerAdjustment.AddCDIDevice): containerd 1.7.30 and later 1.7 releases, 2.1 and
+# later (2.0 has none); CRI-O 1.34 and later (docs/nri.md).
+NRI_PLUGIN = "io.containerd.nri.v1.nri"
+NRI_CONTAINERD_17_MIN = (1, 7, 30)
+NRI_CONTAINERD_MIN = (2, 1, 0)
+NRI_CRIO_MIN = (1, 34, 0)
 
 
 class ConfigError(Exception):
@@ -411,6 +418,33 @@ def containerd_version(output: str) -> tuple[int, int, int]:
     raise ConfigError(f"cannot read a version from `containerd --version`: {output.strip()!r}")
 
 
+def crio_version(output: str) -> tuple[int, int, int]:
+    """(major, minor, patch) from `crio --version` ("crio version 1.34.1") or `crio version` ("Version:  1.33.4")."""
+    m = re.search(r"(?im)^\s*(?:crio\s+)?version:?\s+v?(\d+)\.(\d+)\.(\d+)", output)
+    if not m:
+        raise ConfigError(f"cannot read a version from `crio --version`: {output.strip()!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3))
+
+
+def check_nri_support(runtime: str, version: tuple[int, int, int], cdi: str) -> list[str]:
+    """NRI mode's refusals, before anything is written: a runtime that cannot inject an NRI plugin's CDI devices, and
+    CDI left off (the plugin's devices are CDI devices). Returns the warnings (none)."""
+    text = ".".join(map(str, version))
+    if runtime == "containerd":
+        supported = version >= NRI_CONTAINERD_MIN or (version[:2] == (1, 7) and version >= NRI_CONTAINERD_17_MIN)
+        if not supported:
+            raise ConfigError(f"nri needs containerd 1.7.30 or a later 1.7, or 2.1 or later (their NRI applies a plugin's "
+                              f"CDI devices); this node has containerd {text}. Upgrade containerd, or use another mode",
+                              "nri")
+    elif version < NRI_CRIO_MIN:
+        raise ConfigError(f"nri needs CRI-O 1.34 or later (its NRI applies a plugin's CDI devices); this node has CRI-O "
+                          f"{text}. Upgrade CRI-O, or use another mode", "nri")
+    if cdi == "skip":
+        raise ConfigError("skip leaves CDI as the runtime has it, and NRI mode injects CDI devices: use auto or enable "
+                          "with nri", "cdi")
+    return []
+
+
 def config_version(data: Mapping) -> int | None:
     """The `version` of a containerd config: None for an empty file, 1 for content without one."""
     if not data:
@@ -520,7 +554,7 @@ def check_existing_runtime(data: Mapping, plugin: str, name: str, where: str) ->
 def check_containerd_inputs(*, version: tuple[int, int, int], drop_in_path: str = "", name: str = "nvidia",
                             runtime_path: str = "/usr/bin/nvidia-container-runtime", set_as_default: bool | str = "keep",
                             cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
-                            runtime_config: Mapping | None = None) -> list[str]:
+                            runtime_config: Mapping | None = None, nri: bool = False) -> list[str]:
     """The inputs of `plan_containerd` that can be judged without reading the config (no tomlkit needed): raises
     ConfigError for one that cannot work; returns the warnings."""
     _check_runtime_name(name)
@@ -538,6 +572,8 @@ def check_containerd_inputs(*, version: tuple[int, int, int], drop_in_path: str 
     if "options" in extra and not isinstance(extra["options"], Mapping):
         raise ConfigError(f"options must be a table, not {extra['options']!r}", "runtime_config")
     version_text = ".".join(map(str, version))
+    if nri:
+        check_nri_support("containerd", version, cdi)
     if cdi == "enable" and version < CDI_MIN:
         raise ConfigError(f"enable needs containerd 1.7 or later; this node has containerd {version_text}, "
                           "which has no CDI support (use auto or skip, or upgrade containerd)", "cdi")
@@ -550,8 +586,10 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                     defaults: Callable[[], str | None] | None = None, drop_in_path: str = "", drop_in_text: str | None = None,
                     name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
                     set_as_default: bool | str = "keep", cdi: str = "auto", cdi_spec_dirs: list[str] | None = None,
-                    runtime_config: Mapping | None = None, imports: list[tuple[str, str | None]] | None = None) -> dict:
-    """The containerd files to write for the nvidia runtime.
+                    runtime_config: Mapping | None = None, imports: list[tuple[str, str | None]] | None = None,
+                    nri: bool = False) -> dict:
+    """The containerd files to write for the nvidia runtime; with `nri`, for NRI mode instead: NRI and CDI enabled,
+    no runtime added and the default runtime left as it is.
 
     `imports`: the files containerd reads after the main one through its imports (containerd 2.x also reads
     /etc/containerd/conf.d/*.toml), in order, as (path, text or None when missing); our drop-in among them is
@@ -564,7 +602,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     """
     warnings = check_containerd_inputs(version=version, drop_in_path=drop_in_path, name=name, runtime_path=runtime_path,
                                        set_as_default=set_as_default, cdi=cdi, cdi_spec_dirs=cdi_spec_dirs,
-                                       runtime_config=runtime_config)
+                                       runtime_config=runtime_config, nri=nri)
     as_default = default_choice(set_as_default)
     extra = dict(runtime_config or {})
     version_text = ".".join(map(str, version))
@@ -610,7 +648,8 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         raise ConfigError(f"{main_path} imports {', '.join(missing)}, which does not exist: containerd stops reading imports "
                           f"there, so the drop-in {drop_in_path} would not be read. Create the file, or edit the main file in "
                           "place", "drop_in")
-    check_existing_runtime(before, plugin, name, main_path)
+    if not nri:
+        check_existing_runtime(before, plugin, name, main_path)
     if cdi == "skip":
         current = get_path(before, (*base, "enable_cdi"))
         enable_cdi = bool(current) if current is not None else version >= (2, 0, 0)
@@ -635,13 +674,21 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         return {"runtime_type": DEFAULT_RUNTIME_TYPE} if runtime == "runc" and not data else None
 
     # Options come from the main file's default runtime, or from containerd's defaults when it has none.
-    inherited = inherited_runtime(before, plugin, name)
-    if inherited is None:
-        inherited = default_runtime_table("runc")
-    runtime = nvidia_runtime(inherited, runtime_path, extra)
-    changes: list[tuple[tuple[str, ...], Any]] = [((*containerd_path, "runtimes", name), runtime)]
+    changes: list[tuple[tuple[str, ...], Any]] = []
+    runtime: dict = {}
+    if nri:
+        # NRI mode: the runtime's NRI plugin on (containerd 2.x has it on by default, 1.7 off), nothing else but CDI.
+        changes.append((("plugins", NRI_PLUGIN, "disable"), False))
+    else:
+        inherited = inherited_runtime(before, plugin, name)
+        if inherited is None:
+            inherited = default_runtime_table("runc")
+        runtime = nvidia_runtime(inherited, runtime_path, extra)
+        changes.append(((*containerd_path, "runtimes", name), runtime))
     current_default = get_path(before, (*containerd_path, "default_runtime_name"))
-    if as_default == "true":
+    if nri:
+        pass  # the default runtime is not ours to change in NRI mode
+    elif as_default == "true":
         changes.append(((*containerd_path, "default_runtime_name"), name))
     elif as_default == "false" and current_default == name:
         # Fall back to containerd's own default, named, so the drop-in layout overrides the main file too.
@@ -657,7 +704,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     for path, value in changes:
         _set_plain(after, path, merged(get_path(after, path) or {}, value) if isinstance(value, Mapping) else value)
     fallback = get_path(after, (*containerd_path, "default_runtime_name")) or "runc"
-    if not isinstance(get_path(after, (*containerd_path, "runtimes", fallback)), Mapping):
+    if not nri and not isinstance(get_path(after, (*containerd_path, "runtimes", fallback)), Mapping):
         table = default_runtime_table(fallback)
         if table is None:
             raise ConfigError(
@@ -667,6 +714,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
                 + ": containerd would refuse to start the CRI plugin. Define that runtime, or set the default runtime")
         changes.insert(0, ((*containerd_path, "runtimes", fallback), table))
 
+    what = "NRI and CDI for NRI mode" if nri else f"the {name} runtime"
     files: dict[str, str] = {}
     # The main file's keys changed, with their value before (None: absent): what a removal puts back.
     edits: list[tuple[tuple[str, ...], Any, Any]] = []
@@ -675,7 +723,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
         whole: dict = {"version": cfg}
         for path, value in changes:
             _set_plain(whole, path, value)
-        files[main_path] = dump_toml(whole, header=f"Written by gpuops.nvidia container_runtime: the {name} runtime.")
+        files[main_path] = dump_toml(whole, header=f"Written by gpuops.nvidia container_runtime: {what}.")
     elif not drop_in_path:
         for path, value in changes:
             if path[-1] == "default_runtime_name" and value == "runc" and as_default == "false":
@@ -688,15 +736,17 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     else:
         drop: dict = {"version": cfg}
         if version < DEEP_MERGE_MIN:
-            section = get_path(before, base)
-            if isinstance(section, Mapping):
-                _set_plain(drop, base, section)
+            for copied in (base, ("plugins", NRI_PLUGIN)) if nri else (base,):
+                section = get_path(before, copied)
+                if isinstance(section, Mapping):
+                    _set_plain(drop, copied, section)
         for path, value in changes:
             current = get_path(drop, path)
             _set_plain(drop, path, merged(current, value) if isinstance(current, Mapping) else value)
         files[drop_in_path] = dump_toml(drop, header=(
-            f"Written by gpuops.nvidia container_runtime: the {name} runtime for containerd.\n"
-            + ("It carries a copy of the CRI section containerd read from the main config and its imports, because\n"
+            f"Written by gpuops.nvidia container_runtime: {what} for containerd.\n"
+            + (f"It carries a copy of the {'CRI and NRI sections' if nri else 'CRI section'} containerd read from the main "
+               "config and its imports, because\n"
                "containerd before 2.1 lets an imported file's section replace the earlier ones (containerd issue #5837).\n"
                if version < DEEP_MERGE_MIN else "")))
         imports = main.before.get("imports") or []
@@ -713,7 +763,7 @@ def plan_containerd(*, version: tuple[int, int, int], main_path: str, main_text:
     if main_path not in files:
         edits = []
     return {"files": files, "config_version": cfg, "plugin": plugin, "cdi_enabled": enable_cdi,
-            "cdi_supported": cdi_supported, "warnings": warnings, "runtime": runtime, "edits": edits}
+            "cdi_supported": cdi_supported, "warnings": warnings, "runtime": runtime, "edits": edits, "nri": nri}
 
 
 OURS = "Written by gpuops.nvidia container_runtime"
@@ -884,12 +934,21 @@ def check_crio_inputs(*, drop_in_path: str, name: str = "nvidia", runtime_path: 
 def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text: str | None,
               name: str = "nvidia", runtime_path: str = "/usr/bin/nvidia-container-runtime",
               set_as_default: bool | str = "keep", cdi_spec_dirs: list[str] | None = None,
-              runtime_config: Mapping | None = None) -> dict:
+              runtime_config: Mapping | None = None, nri: bool = False) -> dict:
     """CRI-O's drop-in for the nvidia runtime. `sources` are CRI-O's other config files in the order it
-    reads them (crio.conf, then crio.conf.d/* by name); options are copied from the default runtime."""
+    reads them (crio.conf, then crio.conf.d/* by name); options are copied from the default runtime. With `nri`, for
+    NRI mode instead: NRI enabled (CDI is always on in CRI-O), no runtime added, the default runtime left as it is."""
     check_crio_inputs(drop_in_path=drop_in_path, name=name, runtime_path=runtime_path, set_as_default=set_as_default,
                       cdi_spec_dirs=cdi_spec_dirs)
     as_default = default_choice(set_as_default)
+    if nri:
+        nri_drop: dict = {"crio": {"nri": {"enable_nri": True}}}
+        if cdi_spec_dirs:
+            nri_drop["crio"]["runtime"] = {"cdi_spec_dirs": list(cdi_spec_dirs)}
+        text = dump_toml(nri_drop, header="Written by gpuops.nvidia container_runtime: NRI for NRI mode, for CRI-O "
+                                          "(CDI is native to it).")
+        return {"files": {} if text == drop_in_text else {drop_in_path: text}, "cdi_enabled": True, "cdi_supported": True,
+                "warnings": [], "runtime": {}, "nri": True}
     effective: dict = {}
     for path, text in sources:
         effective = merged(effective, read(text, path))
@@ -909,7 +968,7 @@ def plan_crio(*, sources: list[tuple[str, str]], drop_in_path: str, drop_in_text
     text = dump_toml({"crio": {"runtime": runtime}},
                      header=f"Written by gpuops.nvidia container_runtime: the {name} runtime for CRI-O (CDI is native to it).")
     files = {} if text == drop_in_text else {drop_in_path: text}
-    return {"files": files, "cdi_enabled": True, "cdi_supported": True, "warnings": [], "runtime": table}
+    return {"files": files, "cdi_enabled": True, "cdi_supported": True, "warnings": [], "runtime": table, "nri": False}
 
 
 def backup_dir_for(path: str, *, runtime: str, drop_in: str, backup_dir: str | None) -> str | None:

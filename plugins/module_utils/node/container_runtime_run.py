@@ -38,6 +38,7 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "toolkit_config": {"type": "path", "default": "/etc/nvidia-container-runtime/config.toml"},
     "toolkit_mode": {"type": "str", "choices": list(cr.TOOLKIT_MODES)},
     "toolkit_settings": {"type": "dict", "default": {}},
+    "nri": {"type": "bool", "default": False},
     "backup": {"type": "bool", "default": True},
     "backup_dir": {"type": "path"},
     "image_build": IMAGE_BUILD_ARG,
@@ -170,7 +171,7 @@ def plan_present(module: AnsibleModule, runtime: str, config: str, drop_in: str,
                 defaults=(lambda: run(module, [binary, "config", "default"])) if binary else None,
                 drop_in_path=drop_in, drop_in_text=read_text(drop_in) if drop_in else None,
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
-                cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+                cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"], nri=p["nri"])
             result["config_version"] = plan["config_version"]
         else:
             if p["cdi"] == "skip":
@@ -178,7 +179,7 @@ def plan_present(module: AnsibleModule, runtime: str, config: str, drop_in: str,
             plan = cr.plan_crio(
                 sources=crio_sources(config, drop_in), drop_in_path=drop_in, drop_in_text=read_text(drop_in),
                 name=p["runtime_name"], runtime_path=p["runtime_path"], set_as_default=p["set_as_default"],
-                cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"])
+                cdi_spec_dirs=p["cdi_spec_dirs"], runtime_config=p["runtime_config"], nri=p["nri"])
         toolkit = cr.plan_toolkit(path=p["toolkit_config"], text=read_text(p["toolkit_config"]),
                                   mode=p["toolkit_mode"], settings=p["toolkit_settings"])
     except cr.ConfigError as exc:
@@ -233,12 +234,16 @@ def begin(module: AnsibleModule, host: Host | None = None) -> tuple[dict[str, An
             warnings = cr.check_containerd_inputs(
                 version=version, drop_in_path=drop_in, name=p["runtime_name"], runtime_path=p["runtime_path"],
                 set_as_default=p["set_as_default"], cdi=p["cdi"], cdi_spec_dirs=p["cdi_spec_dirs"],
-                runtime_config=p["runtime_config"])
+                runtime_config=p["runtime_config"], nri=p["nri"])
         else:
             if not drop_in:
                 raise cr.ConfigError("CRI-O is configured through a drop-in file; an empty drop_in is only for containerd", "drop_in")
             warnings = cr.check_crio_inputs(drop_in_path=drop_in, name=p["runtime_name"], runtime_path=p["runtime_path"],
                                             set_as_default=p["set_as_default"], cdi_spec_dirs=p["cdi_spec_dirs"])
+            if p["nri"]:
+                crio_found = cr.crio_version(run(module, [module.get_bin_path("crio", required=True), "--version"]))
+                result["runtime_version"] = ".".join(map(str, crio_found))
+                warnings += cr.check_nri_support("crio", crio_found, p["cdi"])
     except cr.ConfigError as exc:
         module.fail_json(msg=exc.named(p["variables"]), **result)
     return result, runtime, config, drop_in, version, warnings

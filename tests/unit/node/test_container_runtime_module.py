@@ -604,3 +604,46 @@ def test_absent_on_a_node_without_a_runtime_has_nothing_to_take_out(node):
     assert "nothing to take out" in res["msg"]
     assert run(runtime="auto")["failed"]
     assert run(state="absent", runtime="containerd")["failed"]
+
+
+NRI_NAMES = {**TOOLKIT_NAMES, "nri": "gpuops_container_toolkit_mode"}
+
+
+@pytest.mark.parametrize(("installed", "out", "message"), [
+    ({"containerd"}, "containerd github.com/containerd/containerd/v2 2.0.5 abc\n",
+     "gpuops_container_toolkit_mode: nri needs containerd 1.7.30 or a later 1.7, or 2.1 or later (their NRI applies a "
+     "plugin's CDI devices); this node has containerd 2.0.5"),
+    ({"containerd"}, "containerd containerd.io 1.7.27 abc\n", "gpuops_container_toolkit_mode: nri needs containerd 1.7.30"),
+    ({"crio"}, "crio version 1.33.4\n", "gpuops_container_toolkit_mode: nri needs CRI-O 1.34 or later"),
+])
+@pytest.mark.parametrize("validate_only", [True, False])
+def test_nri_is_refused_where_the_runtime_cannot_inject_its_cdi_devices(node, installed, out, message, validate_only):
+    etc, run, _calls, v = node
+    v["installed"], v["out"] = installed, out
+    (etc / "crio/crio.conf.d").mkdir(parents=True)
+    before = files(etc)
+    args = {"runtime": "crio", "config": str(etc / "crio/crio.conf"),
+            "drop_in": str(etc / "crio/crio.conf.d/99-nvidia.toml")} if "crio" in installed else {}
+    res = run(variables=NRI_NAMES, validate_only=validate_only, nri=True, **args)
+    assert res["failed"] and res["msg"].startswith(message), res["msg"]
+    assert files(etc) == before
+
+
+def test_nri_with_cdi_skipped_is_refused_naming_the_cdi_variable(node):
+    etc, run, _calls, _v = node
+    res = run(variables=NRI_NAMES, nri=True, cdi="skip")
+    assert res["failed"] and res["msg"].startswith("gpuops_container_toolkit_cdi_mode: skip leaves CDI"), res["msg"]
+    assert not (etc / "containerd/conf.d").exists()
+
+
+def test_nri_writes_nri_and_cdi_only_then_nothing(node):
+    etc, run, _calls, _v = node
+    (etc / "containerd/config.toml").write_text((PLANTED / "planted-v3.toml").read_text())
+    checked = run(check=True, nri=True)
+    assert checked["changed"] and files(etc) == {"containerd/config.toml": (PLANTED / "planted-v3.toml").read_text()}
+    res = run(nri=True)
+    assert res["changed"] and res["cdi_enabled"]
+    drop = (etc / "containerd/conf.d/99-nvidia.toml").read_text()
+    assert "[plugins.'io.containerd.nri.v1.nri']" in drop or '[plugins."io.containerd.nri.v1.nri"]' in drop
+    assert "nvidia-container-runtime" not in drop and "runtimes" not in drop
+    assert not run(nri=True)["changed"]
