@@ -3,23 +3,12 @@ through NRI are refused before anything is written."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import tomlkit
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 
-PLANTED = Path(__file__).parents[3] / "molecule/runtime/files"
-V2 = (PLANTED / "planted-v2.toml").read_text()
-V3 = (PLANTED / "planted-v3.toml").read_text()
-V4 = (PLANTED / "planted-v4.toml").read_text()
-MAIN = "/etc/containerd/config.toml"
-DROP = "/etc/containerd/conf.d/99-nvidia.toml"
+from tests.unit.node.test_container_runtime import DROP, MAIN, V2, V3, V4, data
+
 CRIO_DROP = "/etc/crio/crio.conf.d/99-nvidia.toml"
-
-
-def data(text: str) -> dict:
-    return cr.plain(tomlkit.parse(text))
 
 
 def plan(version, main_text, **kw):
