@@ -107,7 +107,7 @@ REFUSALS = {
     "no kernel": (HAS_KERNEL, ["gpuops_node_container_toolkit=false"], "BLOCKER no_kernel_installed", "Plan the driver"),
     # Neither containerd nor CRI-O: the container_toolkit role would refuse at its settings check.
     "no runtime": (HAS_RUNTIME, ["gpuops_driver_method=containerized"],
-                   "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto finds neither containerd nor crio",
+                   "BLOCKER no_container_runtime: gpuops_container_toolkit_runtime: auto found neither containerd nor crio on this node",
                    "Check the runtime settings"),
 }
 

@@ -77,6 +77,20 @@ class ConfigError(Exception):
         return str(self)
 
 
+def detect_runtime(wanted: str, found: list[str]) -> str:
+    """The runtime to configure: the one named, which must be installed, or the one installed."""
+    if wanted != "auto":
+        if wanted not in found:
+            raise ConfigError(f"{wanted} is not installed on this node (no {wanted} executable in PATH; found: "
+                                 f"{', '.join(found) or 'none'}); name the runtime kubelet uses, or auto", "runtime")
+        return wanted
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ConfigError("auto found neither containerd nor crio on this node; install one, or name it", "runtime")
+    raise ConfigError("auto found both containerd and crio on this node; name the one kubelet uses", "runtime")
+
+
 # ----------------------------------------------------------------------------------------------
 # TOML helpers
 

@@ -21,7 +21,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._common.files import
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import node_files as nf
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import IMAGE_BUILD_ARG, image_build_setting
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.hardware import CONTAINER_RUNTIMES, IMAGE_BUILD_ARG, image_build_setting
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.host import Host, installed_versions
 
 ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
@@ -92,20 +92,6 @@ def pending_restart(module: AnsibleModule, marker: str, unit: str, read_only: bo
                 os.unlink(marker)
         return False
     return True
-
-
-def detect_runtime(wanted: str, found: list[str]) -> str:
-    """The runtime to configure: the one named, which must be installed, or the one installed."""
-    if wanted != "auto":
-        if wanted not in found:
-            raise cr.ConfigError(f"{wanted} is not installed on this node (no {wanted} executable in PATH; found: "
-                                 f"{', '.join(found) or 'none'}); name the runtime kubelet uses, or auto", "runtime")
-        return wanted
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise cr.ConfigError("auto found neither containerd nor crio on this node; install one, or name it", "runtime")
-    raise cr.ConfigError("auto found both containerd and crio on this node; name the one kubelet uses", "runtime")
 
 
 def run(module: AnsibleModule, argv: list[str]) -> str:
@@ -212,7 +198,7 @@ def begin(module: AnsibleModule, host: Host | None = None) -> tuple[dict[str, An
         "cdi_refresh_unit": any(os.path.exists(os.path.join(d, "nvidia-cdi-refresh.path")) for d in UNIT_DIRS)}
     runtime, config, drop_in, version, warnings = "", "", "", (0, 0, 0), []
     try:
-        installed = [name for name in ("containerd", "crio") if module.get_bin_path(name)]
+        installed = [name for name in CONTAINER_RUNTIMES if module.get_bin_path(name)]
         if p["containerd_version"] and "containerd" not in installed:
             installed.append("containerd")  # an image built elsewhere: the version says it will be there
         if p["state"] == "absent" and p["runtime"] == "auto" and not installed:
@@ -220,7 +206,7 @@ def begin(module: AnsibleModule, host: Host | None = None) -> tuple[dict[str, An
             module.exit_json(changed=False, rollback=[], restart_required=False,
                              msg="no container runtime (containerd, crio) on this node: nothing to take out of its config",
                              **{**result, "runtime": "none"})
-        runtime = result["runtime"] = detect_runtime(p["runtime"], installed)
+        runtime = result["runtime"] = cr.detect_runtime(p["runtime"], installed)
         config = p["config"] or DEFAULTS[runtime][0]
         drop_in = DEFAULTS[runtime][1] if p["drop_in"] is None else p["drop_in"]
         if drop_in and os.path.isdir(drop_in):

@@ -238,8 +238,8 @@ def runfile_driver(filesystem_root: str = "/") -> str | None:
     return path if os.path.lexists(path) else None
 
 
-# The container runtimes the container_toolkit role configures, as its module finds them (Ansible's get_bin_path: PATH,
-# then the sbin directories).
+# The container runtimes the container_toolkit role configures (container_runtime_run looks each up with Ansible's
+# get_bin_path: PATH, then the sbin directories, as container_runtimes below).
 CONTAINER_RUNTIMES = ("containerd", "crio")
 SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 

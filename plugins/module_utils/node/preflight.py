@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import resolve_method
 
 # (distribution as Ansible names it, major version) the collection installs on.
@@ -169,24 +170,19 @@ def _node_findings(gpu_info: GpuInfo, distribution: str, major_version: str, set
 
 
 def _runtime_finding(wanted: str, installed: list[str] | None) -> dict[str, str] | None:
-    """The container_toolkit role's refusal of the node's runtimes (container_runtime_run.detect_runtime), as a blocker:
-    none where it finds the one it configures, where no such role follows, or where the read predates the key."""
+    """The container_toolkit role's refusal of the node's runtimes (container_runtime.detect_runtime, its module's own
+    rule and words), as a blocker: none where it finds one to configure, where no such role follows, or where the read
+    predates the key."""
     if not wanted or installed is None:
         return None
-    there = ", ".join(installed) or "neither containerd nor crio"
-    if (wanted == "auto" and len(installed) == 1) or wanted in installed:
-        return None
-    if wanted == "auto" and installed:
-        why = ("gpuops_container_toolkit_runtime: auto finds both containerd and crio on the node, and cannot tell which "
-               "one kubelet uses")
-        fix = "set gpuops_container_toolkit_runtime to the one kubelet uses"
-    else:
-        why = (f"gpuops_container_toolkit_runtime: {wanted} " + ("finds" if wanted == "auto" else "is not installed; found")
-               + f" {there} on the node, so the container_toolkit role has no runtime to configure")
-        fix = ("install the container runtime kubelet uses (containerd or CRI-O) first, or name the one installed in "
-               "gpuops_container_toolkit_runtime")
-    return _finding("no_container_runtime", "blocker", why,
-                    fix + "; where the runtime is managed elsewhere, set gpuops_node_container_toolkit: false")
+    try:
+        cr.detect_runtime(wanted, installed)
+    except cr.ConfigError as exc:
+        return _finding("no_container_runtime", "blocker", exc.named({"runtime": "gpuops_container_toolkit_runtime"}),
+                        "install the container runtime kubelet uses (containerd or CRI-O) first, or name it in "
+                        "gpuops_container_toolkit_runtime; where the runtime is managed elsewhere, set "
+                        "gpuops_node_container_toolkit: false")
+    return None
 
 
 def report_lines(host: str, gpu_info: GpuInfo, found: list[dict[str, str]]) -> list[str]:
