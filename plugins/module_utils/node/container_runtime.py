@@ -82,7 +82,7 @@ def detect_runtime(wanted: str, found: list[str]) -> str:
     if wanted != "auto":
         if wanted not in found:
             raise ConfigError(f"{wanted} is not installed on this node (no {wanted} executable in PATH; found: "
-                                 f"{', '.join(found) or 'none'}); name the runtime kubelet uses, or auto", "runtime")
+                              f"{', '.join(found) or 'none'}); name the runtime kubelet uses, or auto", "runtime")
         return wanted
     if len(found) == 1:
         return found[0]
