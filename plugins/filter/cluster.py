@@ -350,6 +350,12 @@ def day2_lost_hosts(removed: Any, hostvars: Any, started: Any, ended: Any) -> di
     return cluster_upgrade.lost_hosts([str(h) for h in removed or []], hostvars, str(started), [str(e) for e in ended or []])
 
 
+def driver_upgrade_budget(nodes: Any, run: Any, batch: Any, max_unavailable: Any, variable: Any = "gpuops_upgrade_max_unavailable") -> dict:
+    """The rollout's batch size and whether a batch fits, counting the cluster's unavailable GPU nodes as the operator does."""
+    return cluster_upgrade.budget([n for n in nodes or [] if isinstance(n, dict)], [str(h) for h in run or []],
+                                  None if batch is None else [str(h) for h in batch], max_unavailable, str(variable))
+
+
 def uninstall_gpu_pods(pods: Any, runtime_class: Any, namespace: Any) -> list:
     """The users' pods on the nvidia runtime or holding a GPU, which an uninstall would break (ns/name on node)."""
     return cluster_uninstall.user_gpu_pods(list(pods or []), str(runtime_class), str(namespace))
@@ -409,4 +415,5 @@ class FilterModule:
             "driver_upgrade_drain": driver_upgrade_drain,
             "day2_lost_hosts": day2_lost_hosts,
             "uninstall_gpu_pods": uninstall_gpu_pods,
+            "driver_upgrade_budget": driver_upgrade_budget,
         }

@@ -10,6 +10,7 @@ upgrading reads the same to this collection, and the other way round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -183,3 +184,53 @@ def lost_hosts(removed: list[str], hostvars: Any, started: str, ended: list[str]
         if isinstance(begun, Mapping) and not begun.get("skipped") and not any(e in values for e in ended):
             out[host] = str(values.get("gpuops_cluster_node_name") or host)
     return out
+
+
+FAILED = "upgrade-failed"
+
+
+def _unavailable(node: Mapping[str, Any]) -> str:
+    """Why a Node cannot take pods now ('' when it can): the upgrade controller's test (cordoned, or not Ready), and a
+    failed upgrade (which the controller also leaves cordoned)."""
+    meta = node.get("metadata") or {}
+    reasons = []
+    if (node.get("spec") or {}).get("unschedulable"):
+        reasons.append("cordoned")
+    conditions = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping)}
+    if conditions.get("Ready") != "True":
+        reasons.append("not Ready")
+    if (meta.get("labels") or {}).get(STATE_LABEL) == FAILED:
+        reasons.append(FAILED)
+    return ", ".join(reasons)
+
+
+def budget(nodes: list[Mapping[str, Any]], run: list[str], batch: list[str] | None, max_unavailable: Any,
+           variable: str = "gpuops_upgrade_max_unavailable") -> dict[str, Any]:
+    """How many GPU nodes a rollout may take down at a time, counted as the GPU Operator's upgrade controller counts
+    (k8s-operator-libs pkg/upgrade: maxUnavailable scaled to the cluster's managed nodes, rounded up; the nodes already
+    cordoned or not Ready take from it).
+
+    `nodes` are the cluster's GPU Nodes, `run` the Node names of the rollout's hosts (its --limit), `batch` those of
+    the batch about to start (None before the play: the batch size is then what the nodes outside the run leave).
+    Returns `total`, `limit`, `unavailable` (name -> why, outside the run, or outside the batch when one is given),
+    `size` (the batch size; 0 when nothing is left) and `errors` (naming the variable, empty when the batch fits)."""
+    names = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
+    total = len(set(names) | set(run))
+    text = str(max_unavailable).strip()
+    if text.endswith("%"):
+        limit = math.ceil(total * int(text[:-1]) / 100)
+    else:
+        limit = int(text)
+    outside = set(run) if batch is None else set(batch)
+    unavailable = {name: why for name, node in sorted(names.items()) if name not in outside and (why := _unavailable(node))}
+    size = max(limit - len(unavailable), 0)
+    errors = []
+    # Before the play: room for a batch of one at least; a batch: room for each of its nodes (none: nothing to fit).
+    if limit - len(unavailable) < (1 if batch is None else len(outside)):
+        shown = ", ".join(f"{name} ({why})" for name, why in list(unavailable.items())[:10])
+        more = f" and {len(unavailable) - 10} more" if len(unavailable) > 10 else ""
+        errors.append(
+            f"{variable}: {text} allows {limit} of the cluster's {total} GPU nodes unavailable at a time, and "
+            f"{len(unavailable)} already are{' outside this batch' if batch is not None else ''}: {shown}{more}; "
+            "bring them back (uncordon, Ready) or raise it")
+    return {"total": total, "limit": limit, "unavailable": unavailable, "size": size, "errors": errors}

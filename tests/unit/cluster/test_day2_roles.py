@@ -39,3 +39,20 @@ def test_mig_reconfigure_drains_every_pod_where_the_mig_manager_may_reboot(with_
     overrides = {} if with_reboot is None else {"gpuops_mig_manager_with_reboot": with_reboot}
     templar = role_templar(ROLES / "mig_reconfigure", **overrides)
     assert templar.template(trust_as_template("{{ __gpuops_mig_reconfigure_drain_all }}")) is expected
+
+
+def test_the_batch_check_counts_the_nodes_of_the_batch_that_change():
+    hostvars = {
+        "a": {"__gpuops_upgrade_plan": {"skip": "", "done": False}, "__gpuops_day2_node": "node-a"},
+        "b": {"__gpuops_upgrade_plan": {"skip": "", "done": True}, "__gpuops_day2_node": "node-b"},
+        "c": {"__gpuops_upgrade_plan": {"skip": "labelled skip", "done": False}, "__gpuops_day2_node": "node-c"},
+    }
+    nodes = [{"metadata": {"name": n, "labels": {}}, "spec": {"unschedulable": n == "node-d"},
+              "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for n in ("node-a", "node-b", "node-c", "node-d")]
+    values = {"ansible_play_batch": ["a", "b", "c"], "ansible_play_hosts_all": ["a", "b", "c"], "hostvars": hostvars,
+              "__gpuops_upgrade_gpu_nodes": {"resources": nodes}}
+    assert upgrade("__gpuops_upgrade_changing", **values) == ["node-a"]
+    got = upgrade("__gpuops_upgrade_batch_budget", **values, gpuops_upgrade_max_unavailable=2)
+    assert (got["limit"], got["unavailable"], got["errors"]) == (2, {"node-d": "cordoned"}, [])
+    assert upgrade("__gpuops_upgrade_batch_budget", **values)["errors"]
+    assert upgrade("__gpuops_upgrade_budget", **values, gpuops_upgrade_max_unavailable="50%")["size"] == 1

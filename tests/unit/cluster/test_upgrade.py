@@ -187,3 +187,46 @@ def test_hosts_lost_mid_change_are_the_removed_ones_that_started_and_neither_end
     assert day2_lost_hosts([], hostvars, "marked", ["done"]) == {}
     # Without `started`: every removed host that did not end.
     assert list(day2_lost_hosts(removed, hostvars, "", ["rescued"])) == ["gpu-1", "gpu-3", "gpu-4", "gpu-5", "gpu-6"]
+
+
+def gpu_node(name, unschedulable=False, ready="True", state=None):
+    labels = {"nvidia.com/gpu.present": "true", **({upgrade.STATE_LABEL: state} if state else {})}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"unschedulable": unschedulable} if unschedulable else {},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_the_batch_is_the_limit_over_the_cluster_less_the_nodes_already_unavailable_outside_the_run():
+    nodes = [gpu_node(f"n{i}") for i in range(8)] + [gpu_node("c", unschedulable=True), gpu_node("d", ready="False")]
+    got = upgrade.budget(nodes, ["n0", "n1"], None, "50%")
+    assert (got["total"], got["limit"], got["size"], got["errors"]) == (10, 5, 3, [])
+    assert got["unavailable"] == {"c": "cordoned", "d": "not Ready"}
+    # A percent of the cluster's GPU nodes rounded up, not of the hosts of the run (the play's serial did that before).
+    assert upgrade.budget(nodes, ["n0"], None, "25%")["limit"] == 3
+    assert upgrade.budget(nodes, ["n0"], None, 4)["size"] == 2
+
+
+def test_no_room_left_is_refused_naming_the_variable_and_the_unavailable_nodes():
+    nodes = [gpu_node("a"), gpu_node("b", state="upgrade-failed", unschedulable=True)]
+    got = upgrade.budget(nodes, ["a"], None, 1)
+    assert got["size"] == 0
+    assert got["errors"] == [
+        "gpuops_upgrade_max_unavailable: 1 allows 1 of the cluster's 2 GPU nodes unavailable at a time, and 1 already are: "
+        "b (cordoned, upgrade-failed); bring them back (uncordon, Ready) or raise it"]
+    # A node of the run that is unavailable (an earlier run's failure, resumed now) takes nothing from the room.
+    assert upgrade.budget(nodes, ["a", "b"], None, 1)["errors"] == []
+
+
+def test_a_batch_fits_when_its_changing_nodes_and_those_unavailable_outside_it_stay_within_the_limit():
+    nodes = [gpu_node("a"), gpu_node("b"), gpu_node("c"), gpu_node("d", unschedulable=True)]
+    assert upgrade.budget(nodes, ["a", "b", "c", "d"], ["d"], 1)["errors"] == []
+    late = upgrade.budget(nodes, ["a", "b", "c", "d"], ["a"], 1)
+    assert late["unavailable"] == {"d": "cordoned"}
+    assert "already are outside this batch: d (cordoned)" in late["errors"][0]
+    assert upgrade.budget(nodes, ["a", "b"], ["a", "b"], 3)["errors"] == []
+    assert upgrade.budget(nodes, ["a", "b"], ["a", "b"], 2)["errors"]
+    # Nothing of the batch changes (every node at the target): nothing to fit, whatever the cluster has down.
+    assert upgrade.budget(nodes, ["a"], [], 1)["errors"] == []
+
+
+def test_a_node_of_the_run_not_yet_labelled_counts_in_the_total():
+    assert upgrade.budget([gpu_node("a")], ["a", "new"], None, "50%")["total"] == 2
