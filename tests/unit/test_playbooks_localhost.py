@@ -168,3 +168,19 @@ def test_a_run_stopped_on_every_node_by_the_preflight_still_publishes_its_summar
     summary = json.loads(report.read_text())
     assert summary["ok"] is False and summary["blocked_hosts"] == ["localhost"]
     assert "no_kernel_installed" in [b["id"] for b in summary["blockers"]["localhost"]]
+
+
+def test_an_uninstall_limited_to_hosts_without_localhost_stops_before_anything(tmp_path):
+    """--limit node-a would skip the cluster's play (hosts: localhost) without a word while node-a loses the runtime."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    argv = [ANSIBLE_PLAYBOOK, "--check", "-i", str(inventory), str(REPO / "playbooks/uninstall.yml"), "--limit", "node-a"]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300, check=False)
+    said = " ".join(res.stdout.split())
+    assert res.returncode != 0
+    assert "--limit node-a leaves out localhost" in said and "--limit 'node-a,localhost'" in said, res.stdout[-3000:]
+    assert "gpuops_uninstall_cluster: false" in said and "PLAY [Remove" not in said, res.stdout[-3000:]
+    argv += ["-e", "gpuops_uninstall_cluster=false", "-e", "gpuops_uninstall_hosts=false"]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-3000:]

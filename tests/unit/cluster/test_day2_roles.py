@@ -56,3 +56,22 @@ def test_the_batch_check_counts_the_nodes_of_the_batch_that_change():
     assert (got["limit"], got["unavailable"], got["errors"]) == (2, {"node-d": "cordoned"}, [])
     assert upgrade("__gpuops_upgrade_batch_budget", **values)["errors"]
     assert upgrade("__gpuops_upgrade_budget", **values, gpuops_upgrade_max_unavailable="50%")["size"] == 1
+
+
+@pytest.mark.parametrize(("hostvars", "expected"), [
+    ({"a": {}, "b": {}}, False),
+    ({"a": {}, "b": {"gpuops_uninstall_driver": True}}, True),
+    ({"a": {"gpuops_uninstall_driver": "false"}}, False),
+])
+def test_the_uninstall_goes_in_batches_where_the_driver_goes_on_some_host(hostvars, expected):
+    templar = role_templar(ROLES / "uninstall", ansible_play_hosts=list(hostvars), hostvars=hostvars)
+    assert templar.template(trust_as_template("{{ __gpuops_uninstall_any_driver }}")) is expected
+
+
+@pytest.mark.parametrize(("driver", "cluster", "drain", "expected"), [
+    (False, None, None, False), (True, None, None, True), (True, False, None, False), (True, True, False, False)])
+def test_the_uninstall_drains_where_the_driver_goes_on_a_kubernetes_node(driver, cluster, drain, expected):
+    overrides = {"gpuops_uninstall_driver": driver, **({"gpuops_uninstall_cluster": cluster} if cluster is not None else {}),
+                 **({"gpuops_uninstall_drain": drain} if drain is not None else {})}
+    templar = role_templar(ROLES / "uninstall", **overrides)
+    assert templar.template(trust_as_template("{{ __gpuops_uninstall_drains }}")) is expected
