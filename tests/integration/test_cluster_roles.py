@@ -785,6 +785,32 @@ def ours_in_cluster(kubeconfig: Path) -> list[str]:
     return sorted(found)
 
 
+def test_uninstall_refuses_while_a_users_gpu_pod_runs_and_changes_nothing(lab_cluster):
+    """Issue 62: a user's pod holding a GPU on r-l40s; the uninstall names it and the override, and the objects and Node
+    labels stay as they were; a --limit without localhost stops before anything too."""
+    kubeconfig, inventory = lab_cluster
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user-train", "namespace": "default"},
+           "spec": {"nodeSelector": {"kubernetes.io/hostname": "r-l40s"}, "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    ours, labels = ours_in_cluster(kubeconfig), node_labels(kubeconfig)
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(pod))
+    try:
+        wait_for("the user's GPU pod Running",
+                 lambda: get(kubeconfig, "pod", "-n", "default", "user-train").get("status", {}).get("phase") == "Running", timeout=120)
+        res = playbook(inventory, "-e", "gpuops_uninstall_hosts=false", play="uninstall.yml")
+        out = " ".join(res.stdout.split())
+        assert res.returncode != 0, out[-3000:]
+        assert "pod(s) of users run on the nvidia runtime or hold a GPU" in out and "default/user-train on r-l40s" in out, out[-3000:]
+        assert "gpuops_uninstall_allow_gpu_pods: true" in out and "nothing changed" in out, out[-3000:]
+        limited = playbook(inventory, "--limit", "r-l40s", "-e", "gpuops_uninstall_hosts=false", play="uninstall.yml")
+        out = " ".join(limited.stdout.split())
+        assert limited.returncode != 0 and "--limit r-l40s leaves out localhost" in out, out[-3000:]
+        assert ours_in_cluster(kubeconfig) == ours
+        assert node_labels(kubeconfig) == labels
+    finally:
+        kubectl(kubeconfig, "delete", "pod", "-n", "default", "user-train", "--wait=true", "--timeout=60s", check=False)
+
+
 def test_uninstall_removes_every_object_and_label_of_ours_and_a_second_run_changes_nothing(lab_cluster):
     """playbooks/uninstall.yml on the converged cluster: check mode changes nothing; the run removes every object the
     collection applied and the namespace; the Nodes carry the labels they had before the first run (GFD's, published by

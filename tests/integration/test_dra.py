@@ -16,6 +16,8 @@ object; turned off, ComputeDomains go.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 
 import pytest
@@ -24,7 +26,7 @@ import yaml
 from lab.cluster import Cluster
 from lab.facts import A100_PROFILE_MIG_CONFIG, cluster_inventory
 from tests.integration.test_cluster_roles import NS, get, nfd_crds, nvidia_labels, playbook, recap
-from tests.integration.test_lab_cluster import kubectl, lab, wait_for
+from tests.integration.test_lab_cluster import BIN, REPO, kubectl, lab, wait_for
 
 NODES = (("x-h100", "hgx-h100"), ("x-a100", "a100-pcie-mig"), ("x-v100", "v100"), ("x-cpu", "no-gpu"))
 DRA = {"gpuops_gpu_scheduling": "dra"}
@@ -148,6 +150,54 @@ def test_a_claim_of_two_gpus_of_a_product_lands_where_they_are(cluster):
     allocation = get(kubeconfig, "resourceclaim", "-n", "default", "two-h100")["status"]["allocation"]["devices"]["results"]
     assert len(allocation) == 2 and {r["driver"] for r in allocation} == {"gpu.nvidia.com"} and {r["pool"] for r in allocation} == {"x-h100"}
     kubectl(kubeconfig, "delete", "pod,resourceclaim", "-n", "default", "two-h100", "--wait=false")
+
+
+def _drain(kubeconfig, node: str, state: str = "drained") -> dict:
+    """The day-2 playbooks' drain (gpuops.nvidia.node_drain, pods: gpu) on one Node, as ansible runs it."""
+    args = {"name": node, "state": state, "pods": "gpu", "timeout": 60, "kubeconfig": str(kubeconfig)}
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build/collections"), "ANSIBLE_STDOUT_CALLBACK": "json",
+           "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_LOCALHOST_WARNING": "false"}
+    run = subprocess.run([str(BIN / "ansible"), "localhost", "-m", "gpuops.nvidia.node_drain", "-a", json.dumps(args)],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(run.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_a_pod_holding_a_gpu_claim_is_evicted_by_the_day2_drain(cluster):
+    """Issue 62: a Deployment's pod whose ResourceClaim (from a template) is allocated from gpu.nvidia.com on x-v100 is
+    a GPU pod to the day-2 drain: evicted through the Eviction API, its replacement waits for the node, which runs it
+    again once uncordoned."""
+    kubeconfig, _inventory, _state = cluster
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu", "namespace": "default"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "claimer", "namespace": "default"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "claimer"}}, "template": {
+                      "metadata": {"labels": {"app": "claimer"}},
+                      "spec": {"nodeSelector": {"kubernetes.io/hostname": "x-v100"}, "terminationGracePeriodSeconds": 0,
+                               "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                               "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                               "containers": [{"name": "c", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}]}}}}
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all([template, deployment]))
+
+    def running() -> list[dict]:
+        pods = get(kubeconfig, "pods", "-n", "default", "-l", "app=claimer")["items"]
+        return [p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName") == "x-v100"]
+
+    try:
+        first = wait_for("the claiming pod running on x-v100", running, timeout=120)[0]
+        assert first["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        drained = _drain(kubeconfig, "x-v100")
+        assert drained["evicted"] == [f"default/{first['metadata']['name']}"], drained
+        wait_for("the evicted pod gone", lambda: first["metadata"]["uid"] not in
+                 [p["metadata"]["uid"] for p in get(kubeconfig, "pods", "-n", "default", "-l", "app=claimer")["items"]], timeout=60)
+        assert get(kubeconfig, "node", "x-v100")["spec"].get("unschedulable") is True
+        restored = _drain(kubeconfig, "x-v100", "restored")
+        assert restored["uncordoned"] is True, restored
+        again = wait_for("the replacement running on x-v100", running, timeout=120)[0]
+        assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    finally:
+        kubectl(kubeconfig, "uncordon", "x-v100", check=False)
+        kubectl(kubeconfig, "delete", "-n", "default", "deployment/claimer", "resourceclaimtemplate/one-gpu", "--wait=false", check=False)
 
 
 def test_a_claim_no_node_can_satisfy_stays_pending_with_the_schedulers_reason(cluster):

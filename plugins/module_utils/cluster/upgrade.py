@@ -217,12 +217,10 @@ def budget(nodes: list[Mapping[str, Any]], run: list[str], batch: list[str] | No
     names = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
     total = len(set(names) | set(run))
     text = str(max_unavailable).strip()
-    if text.endswith("%"):
-        limit = math.ceil(total * int(text[:-1]) / 100)
-    else:
-        limit = int(text)
+    limit = math.ceil(total * int(text[:-1]) / 100) if text.endswith("%") else int(text)
     outside = set(run) if batch is None else set(batch)
-    unavailable = {name: why for name, node in sorted(names.items()) if name not in outside and (why := _unavailable(node))}
+    reasons = {name: _unavailable(node) for name, node in sorted(names.items()) if name not in outside}
+    unavailable = {name: why for name, why in reasons.items() if why}
     size = max(limit - len(unavailable), 0)
     errors = []
     # Before the play: room for a batch of one at least; a batch: room for each of its nodes (none: nothing to fit).
