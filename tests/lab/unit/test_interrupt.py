@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from lab.errors import LabError
-from lab.interrupt import run_until
+from lab.interrupt import kill_group, run_until
 
 
 def alive(pid: int) -> bool:
@@ -64,3 +66,28 @@ def test_a_child_that_left_the_group_is_killed_too(tmp_path):
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(child)
+
+
+def test_a_process_forking_all_the_while_leaves_nothing_behind(tmp_path):
+    """Children born while the kill runs were reparented to init, out of reach: the tree is stopped before it is killed."""
+    marker = f"{time.monotonic_ns() % 1000000 / 1000 + 100:.3f}"
+    proc = subprocess.Popen(["bash", "-c", f"while true; do setsid sleep {marker} & bash -c 'sleep {marker} & wait' & sleep 0.005; done"],
+                            start_new_session=True)
+    time.sleep(0.5)
+    kill_group(proc.pid)
+    proc.wait(timeout=10)
+
+    def left() -> list[int]:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if marker.encode() in cmdline.read_bytes():
+                    found.append(int(cmdline.parent.name))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 5
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left() == []
