@@ -58,14 +58,11 @@ def test_the_batch_check_counts_the_nodes_of_the_batch_that_change():
     assert upgrade("__gpuops_upgrade_budget", **values, gpuops_upgrade_max_unavailable="50%")["size"] == 1
 
 
-@pytest.mark.parametrize(("hostvars", "expected"), [
-    ({"a": {}, "b": {}}, False),
-    ({"a": {}, "b": {"gpuops_uninstall_driver": True}}, True),
-    ({"a": {"gpuops_uninstall_driver": "false"}}, False),
-])
-def test_the_uninstall_goes_in_batches_where_the_driver_goes_on_some_host(hostvars, expected):
+@pytest.mark.parametrize(("drained", "expected"), [([False, False], False), ([False, True], True), (["false"], False)])
+def test_the_uninstall_goes_in_batches_where_some_host_is_drained(drained, expected):
+    hostvars = {f"h{i}": {"__gpuops_uninstall_drained": d} for i, d in enumerate(drained)}
     templar = role_templar(ROLES / "uninstall", ansible_play_hosts=list(hostvars), hostvars=hostvars)
-    assert templar.template(trust_as_template("{{ __gpuops_uninstall_any_driver }}")) is expected
+    assert templar.template(trust_as_template("{{ __gpuops_uninstall_any_drain }}")) is expected
 
 
 @pytest.mark.parametrize(("driver", "cluster", "drain", "expected"), [
