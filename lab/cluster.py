@@ -34,6 +34,7 @@ from .distros import DISTROS
 from .errors import LabError
 from .hostlock import host_lock
 from .machines import Lab, process_start, same_process, state_dir, wait_gone
+from .realnode import REAL_NODE, SERVICE_IP
 from .retry import Backoff, retry
 from .sim.hardware import load_profile, profile_names
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
@@ -108,11 +109,15 @@ def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
 # longer election timeout, which a single member never holds an election for past its start, for a longer deadline.
 # KWOK manages only the nodes the lab creates for it (annotated kwok.x-k8s.io/node=fake, see node_manifest): kwokctl
 # starts it managing every node, which made a real kubelet's Node Ready with KWOK's heartbeats (issue 61).
-KWOKCTL_CONFIG = """\
+# The serving certificate also names the `kubernetes` Service's address, which a real node's pods connect to (their
+# in-cluster config), DNATed to 127.0.0.1 on the node (lab/realnode.py).
+KWOKCTL_CONFIG = f"""\
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 options:
   bindAddress: 127.0.0.1
+  kubeApiserverCertSANs:
+  - {SERVICE_IP}
 componentsPatches:
 - name: etcd
   extraArgs:
@@ -441,4 +446,6 @@ class Cluster:
 def nodes_from_machines(lab_state: Path | None) -> list[NodeSpec]:
     """One node per lab machine of that state directory, named after it, with its profile and distribution."""
     machines = Lab(lab_state).load()
-    return [NodeSpec(m.name, m.profile or "no-gpu", m.distro) for m in sorted(machines.values(), key=lambda m: m.name)]
+    # A real node (lab/realnode.py) registers its own Node with its kubelet.
+    return [NodeSpec(m.name, m.profile or "no-gpu", m.distro) for m in sorted(machines.values(), key=lambda m: m.name)
+            if not m.extra.get(REAL_NODE)]
