@@ -100,6 +100,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_real_node_check(args: argparse.Namespace) -> int:
+    """The real-node lane's settings, before anything starts (make lab-test-real-node)."""
+    realnode.check_lane_settings([args.base_port, args.repo_port])
+    _require_root()
+    print(f"real-node lane: ports {args.base_port} and {args.repo_port} free, host tools present")
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     _require_root()
     lab = _lab(args)
@@ -330,6 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bind the host's compiler cache for the distribution (~/.cache/gpuops-lab/ccache/DISTRO) at "
                     "/var/cache/gpuops-lab/ccache in each machine (molecule/shared/compiler_cache.yml sets ccache up)")
     up.set_defaults(func=cmd_up)
+
+    rcheck = sub.add_parser("real-node-check", help="check the real-node lane's settings (ports, host tools) before it starts anything")
+    rcheck.add_argument("--base-port", type=int, required=True, help="the real node's SSH port")
+    rcheck.add_argument("--repo-port", type=int, required=True, help="the lane's toolkit repository port")
+    rcheck.set_defaults(func=cmd_real_node_check)
 
     down = sub.add_parser("down", help="stop every machine and remove its directory")
     down.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to remove ('' for none)")
