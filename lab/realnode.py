@@ -72,6 +72,7 @@ SYSCTL_DIR = "/var/lib/gpuops-lab/sysctl"
 IMAGES_DIR = "/var/lib/gpuops-lab/images"
 PREP_SCRIPT = "/usr/local/sbin/gpuops-lab-node-prep"
 PREP_UNIT = "gpuops-lab-node-prep.service"
+IPTABLES = ("iptables", "iptables-legacy")
 
 
 def host_cgroup_v2(root: Path = Path("/sys/fs/cgroup")) -> bool:
@@ -386,7 +387,9 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
            f"for a in {IMAGES_DIR}/*.tar; do ctr -n k8s.io images import \"$a\" >/dev/null; done")
     _bridge_up()
     rule = shlex.join(service_dnat_rule(api_port))
-    remote("routing the kubernetes Service to the API server", f"iptables -t nat -C {rule} 2>/dev/null || iptables -t nat -A {rule}")
+    # nftables (noble's default iptables) where the host kernel has it, else the legacy tables.
+    remote("routing the kubernetes Service to the API server",
+           " || ".join(f"{ipt} -t nat -C {rule} 2>/dev/null || {ipt} -t nat -A {rule}" for ipt in IPTABLES))
     remote("starting the kubelet", "systemctl enable -q --now kubelet")
     deadline = time.monotonic() + timeout
     while True:
@@ -427,11 +430,13 @@ def cleanup_host(machine: Machine) -> None:
     from .cgroups import remove_cgroup
 
     api_port = machine.extra.get("api_port")
-    iptables = machine.root / "usr/sbin/iptables"
-    if api_port and (iptables.exists() or iptables.is_symlink()):
+    for ipt in IPTABLES:
+        binary = machine.root / "usr/sbin" / ipt
+        if not api_port or not (binary.exists() or binary.is_symlink()):
+            continue
         rule = service_dnat_rule(int(api_port))
         for _attempt in range(10):  # every copy of the rule, never forever
-            if subprocess.run(["chroot", str(machine.root), "iptables", "-t", "nat", "-D", *rule], capture_output=True,
+            if subprocess.run(["chroot", str(machine.root), ipt, "-t", "nat", "-D", *rule], capture_output=True,
                               check=False).returncode != 0:
                 break
     if Path(f"/sys/class/net/{BRIDGE}").exists():
