@@ -348,6 +348,11 @@ class _Remote:
         return res.stdout
 
 
+def _journal(unit: str) -> str:
+    """Shell words that put a failed unit's last lines on stderr (where _Remote takes its one line from) and fail."""
+    return f"{{ journalctl -u {unit} -n 3 --no-pager -o cat >&2; exit 1; }}"
+
+
 def _bridge_up(bridge: str = BRIDGE) -> None:
     """Make the pod bridge on the host (the CNI plugin then uses it) and let packets DNATed to 127.0.0.1 through it."""
     if not Path(f"/sys/class/net/{bridge}").exists():
@@ -383,7 +388,8 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
            "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends containerd iptables")
     _write(machine.root, "/etc/containerd/config.toml", containerd_config(builds.pause_image))
     remote("starting containerd and importing the images",
-           f"systemctl daemon-reload && systemctl enable -q --now {PREP_UNIT} && systemctl restart containerd && "
+           f"systemctl daemon-reload && {{ systemctl enable -q --now {PREP_UNIT} || {_journal(PREP_UNIT)}; }} && "
+           f"systemctl restart containerd && "
            f"for a in {IMAGES_DIR}/*.tar; do ctr -n k8s.io images import \"$a\" >/dev/null; done")
     _bridge_up()
     rule = shlex.join(service_dnat_rule(api_port))
