@@ -381,6 +381,15 @@ class Cluster:
         path.chmod(0o600)
         return path
 
+    def ensure_nfd_master(self, node: str) -> None:
+        """Start nfd-master on `node` where `up` started none (a cluster created without nodes: a real node joins
+        later, lab/realnode.py)."""
+        state = self.load()
+        if state is None or ("nfd-master" in state.pids and state.alive("nfd-master")):
+            return
+        state.record("nfd-master", self._start_nfd_master(ensure_toolchain(lambda _msg: None).nfd_master, node))
+        self.save(state)
+
     def _start_nfd_master(self, binary: Path, node: str) -> int:
         import socket
         # Its healthz/metrics port, free on this machine (several lab clusters may run side by side).

@@ -407,6 +407,8 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
                 tail = remote("reading the kubelet's log", "journalctl -u kubelet -n 5 --no-pager -o cat", check=False).strip()
                 raise LabError(f"real node {machine.name}: Node not Ready after {timeout:.0f}s; the kubelet says: "
                                f"{tail.splitlines()[-1] if tail else 'nothing'} (log: {log})") from None
+    # GFD's labels reach the Node through nfd-master, which a cluster created without nodes has not started.
+    cluster.ensure_nfd_master(machine.name)
     progress(f"lab real node {machine.name}: joined the lab cluster, Ready in {time.monotonic() - t0:.0f}s")
 
 
