@@ -84,7 +84,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         try:
             realnode.join(lab, machine, cluster, builds, nvml)  # type: ignore[arg-type]  # both set with real
         except BaseException:
-            # Nothing half-joined is left running.
+            # Nothing half-joined is left running; what the machine's units said stays in the join's log.
+            realnode.save_journal(lab, machine)
             realnode.delete_node(cluster, machine)
             lab.stop(machine)
             machines.pop(spec.name)

@@ -377,7 +377,8 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
     # Recorded first: what `stop` undoes on the host (lab.save after join, or the stop of a failed join) reads them.
     machine.extra[REAL_NODE] = "true"
     machine.extra["api_port"] = str(api_port)
-    log = lab.dir / "machines" / machine.name / "join.log"
+    log = join_log(lab, machine)
+    log.parent.mkdir(parents=True, exist_ok=True)
     remote = _Remote(lab, machine, log)
     profile = load_profile(machine.profile)
     write_node_files(machine, cluster, builds, host_cgroup_v2())
@@ -410,6 +411,20 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
     # GFD's labels reach the Node through nfd-master, which a cluster created without nodes has not started.
     cluster.ensure_nfd_master(machine.name)
     progress(f"lab real node {machine.name}: joined the lab cluster, Ready in {time.monotonic() - t0:.0f}s")
+
+
+def join_log(lab: Lab, machine: Machine) -> Path:
+    """The join's log, beside the machine's directory so that it outlives a failed join's machine."""
+    return lab.dir / f"real-node-{machine.name}.log"
+
+
+def save_journal(lab: Lab, machine: Machine) -> None:
+    """After a failed join, before its machine stops: the node's units' journal into the join's log (best effort)."""
+    units = " ".join(f"-u {u}" for u in (PREP_UNIT, "containerd", "kubelet"))
+    try:
+        _Remote(lab, machine, join_log(lab, machine))("reading the journal", f"journalctl {units} -n 300 --no-pager", timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def host_cgroups(node: str, cgroup_fs: Path = Path("/sys/fs/cgroup")) -> list[Path]:
