@@ -24,6 +24,7 @@ of the running lab cluster:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -421,10 +422,8 @@ def join_log(lab: Lab, machine: Machine) -> Path:
 def save_journal(lab: Lab, machine: Machine) -> None:
     """After a failed join, before its machine stops: the node's units' journal into the join's log (best effort)."""
     units = " ".join(f"-u {u}" for u in (PREP_UNIT, "containerd", "kubelet"))
-    try:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         _Remote(lab, machine, join_log(lab, machine))("reading the journal", f"journalctl {units} -n 300 --no-pager", timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
 
 
 def host_cgroups(node: str, cgroup_fs: Path = Path("/sys/fs/cgroup")) -> list[Path]:
