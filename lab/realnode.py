@@ -54,6 +54,9 @@ KUBELET_SYSCTLS = {
     "kernel/panic_on_oops": "1",
     "kernel/keys/root_maxkeys": "1000000",
     "kernel/keys/root_maxbytes": "25000000",
+    # The CNI bridge plugin, as the pods' gateway, turns forwarding on unless it reads it on: the pods only reach the
+    # host itself (the API server through the Service DNAT), so the host's forwarding stays as it is.
+    "net/ipv4/ip_forward": "1",
 }
 # The host tools the lane needs besides the lab's own.
 LANE_TOOLS = ("systemd-nspawn", "gcc", "go", "ip")

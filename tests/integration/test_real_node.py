@@ -107,6 +107,8 @@ def real_node(tmp_path_factory):
             # What runs real: the device plugin and GFD. No MIG manager (mig-parted needs /proc/modules, MIG devices
             # /proc/driver/nvidia/capabilities), no DCGM exporter (no libdcgm).
             "gpuops_cluster_prereqs_deploy_components": ["device-plugin", "gpu-feature-discovery"],
+            # NFD is the lab's nfd-master process (its images are not built here): the role deploys none, checks it.
+            "gpuops_node_feature_discovery_deploy": "false",
             # The smoke test: the lab's probe image lists the /dev/nvidia* the runtime injected (no nvidia-smi here).
             "gpuops_validation_image": builds.probe_image, "gpuops_validation_command": ["/devices-probe"],
             "gpuops_validation_timeout": 240,
