@@ -39,3 +39,12 @@ def test_mig_reconfigure_drains_every_pod_where_the_mig_manager_may_reboot(with_
     overrides = {} if with_reboot is None else {"gpuops_mig_manager_with_reboot": with_reboot}
     templar = role_templar(ROLES / "mig_reconfigure", **overrides)
     assert templar.template(trust_as_template("{{ __gpuops_mig_reconfigure_drain_all }}")) is expected
+
+
+@pytest.mark.parametrize(("components", "expected"), [
+    (None, True), (["device-plugin", "gpu-feature-discovery", "mig-manager"], True), (["device-plugin", "gpu-feature-discovery"], False)])
+def test_the_default_mig_config_is_set_only_where_the_mig_manager_is_deployed(components, expected):
+    """A node whose MIG manager is left out got mig.config=all-disabled, which no one applies (issue 61's real node)."""
+    overrides = {} if components is None else {"gpuops_cluster_prereqs_deploy_components": components}
+    templar = role_templar(ROLES / "mig_manager", **overrides)
+    assert templar.template(trust_as_template("{{ __gpuops_mig_manager_deployed | bool }}")) is expected
