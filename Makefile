@@ -38,7 +38,7 @@ REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report -
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
-.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run min-ansible lab-test \
+.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run min-ansible lab-test lab-test-real-node \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
@@ -166,8 +166,17 @@ sanity-run: $(SANITY_VENV)/.installed
 	# would fetch a pip bootstrap script from a host that is not reachable here.)
 	cd $(SANITY_DIR) && PATH=$(CURDIR)/$(SANITY_VENV)/bin:$$PATH ansible-test sanity --requirements --python 3.11 --color no
 
-lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down
-	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=30 tests/integration
+lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear down (not the real-node lane)
+	$(TIME) lab-test $(BIN)/pytest -p no:cacheprovider --durations=30 -m "not real_node" tests/integration
+
+# The real-node lane (issue 61, docs/lab.md "A real node"): a machine running a real kubelet joined to the lab cluster,
+# set up by the collection's playbooks. Its settings are checked first: a port in use or a missing tool is one line.
+REAL_NODE_BASE_PORT ?= 2361
+REAL_NODE_REPO_PORT ?= 8471
+lab-test-real-node: venv lab-deps collection ## the real-node lane: a real kubelet in a lab machine, the device plugin and GFD on it
+	$(LAB) real-node-check --base-port $(REAL_NODE_BASE_PORT) --repo-port $(REAL_NODE_REPO_PORT)
+	GPUOPS_REAL_NODE_BASE_PORT=$(REAL_NODE_BASE_PORT) GPUOPS_REAL_NODE_REPO_PORT=$(REAL_NODE_REPO_PORT) \
+	  $(TIME) lab-test-real-node $(BIN)/pytest -p no:cacheprovider --durations=30 -m real_node tests/integration/test_real_node.py
 
 # Each scenario's output is also kept in .build/molecule-NAME.log, where `lab time failures` reads it.
 molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)

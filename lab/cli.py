@@ -13,15 +13,15 @@ import sys
 import time
 from pathlib import Path
 
-from . import interrupt, lanes, timing, toolkit
+from . import interrupt, lanes, realnode, timing, toolkit
 from .cluster import Cluster, nodes_from_machines, parse_node_spec, scale_nodes
 from .distros import DISTROS, get_distro
 from .errors import LabError
-from .images import DEFAULT_MAX_AGE_DAYS, ensure_images
+from .images import DEFAULT_MAX_AGE_DAYS, cache_dir, ensure_images
 from .inventory import write_inventory
 from .machines import DEFAULT_BASE_PORT, Lab, MachineSpec, check_specs, parse_machine_spec
 from .nodebuild import ensure_node_builds
-from .sim.hardware import profile_names
+from .sim.hardware import build_fake_nvml, load_profile, nvml_conf, profile_names
 from .toolchain import ensure_toolchain
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,14 +46,52 @@ def _lab(args: argparse.Namespace) -> Lab:
     return Lab(Path(args.state) if args.state else None)
 
 
+def parse_real_node(text: str) -> MachineSpec:
+    """--real-node NAME[=PROFILE]: an Ubuntu 24.04 machine with that profile (hgx-h100 by default)."""
+    name, _sep, profile = text.partition("=")
+    spec = parse_machine_spec(f"{name}={realnode.DISTRO}:{profile or 'hgx-h100'}")
+    if (load_profile(spec.profile).get("gpus") or {}).get("mig_devices"):
+        raise LabError(f"--real-node {text!r}: profile {spec.profile} has MIG devices, which a real node cannot show "
+                       "(runc does not mount /proc/driver/nvidia/capabilities): choose one without")
+    return spec
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    specs = [parse_machine_spec(m) for m in (args.machine or DEFAULT_MACHINES)]
+    real = [parse_real_node(r) for r in args.real_node or []]
+    specs = [parse_machine_spec(m) for m in (args.machine or ([] if real else DEFAULT_MACHINES))] + real
     check_specs(specs)
+    if len(real) > 1:
+        raise LabError("one --real-node at a time: they would share the host's pod bridge and port 10250")
     _require_root()
     _require_tools()
     lab = _lab(args)
+    cluster = Cluster(lab.dir)
+    builds = nvml = None
+    if real:
+        # Every setting and the cluster checked, and everything built, before a machine boots.
+        realnode.check_lane_settings([])
+        state = cluster.load()
+        if state is None or not state.pids or not all(state.alive(n) for n in state.pids):
+            raise LabError(f"--real-node: no lab cluster runs for state {lab.dir}; start it first: "
+                           f"python -m lab --state {lab.dir} cluster up")
+        builds = ensure_node_builds()
+        nvml = build_fake_nvml(cache_dir(), nvml_conf(load_profile(real[0].profile), real[0].name))
     t0 = time.monotonic()
-    machines = lab.up(specs, args.base_port, timeout=args.timeout, compiler_cache=args.compiler_cache)
+    machines = lab.up(specs, args.base_port, timeout=args.timeout, compiler_cache=args.compiler_cache,
+                      real_nodes=frozenset(r.name for r in real))
+    for spec in real:
+        machine = machines[spec.name]
+        try:
+            realnode.join(lab, machine, cluster, builds, nvml)  # type: ignore[arg-type]  # both set with real
+        except BaseException:
+            # Nothing half-joined is left running; what the machine's units said stays in the join's log.
+            realnode.save_journal(lab, machine)
+            realnode.delete_node(cluster, machine)
+            lab.stop(machine)
+            machines.pop(spec.name)
+            lab.save(machines)
+            raise
+        lab.save(machines)
     if args.inventory:
         write_inventory(Path(args.inventory), machines, lab.key)
         lab.record_inventory(Path(args.inventory))
@@ -63,10 +101,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_real_node_check(args: argparse.Namespace) -> int:
+    """The real-node lane's settings, before anything starts (make lab-test-real-node)."""
+    realnode.check_lane_settings([args.base_port, args.repo_port])
+    _require_root()
+    print(f"real-node lane: ports {args.base_port} and {args.repo_port} free, host tools present")
+    return 0
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     _require_root()
     lab = _lab(args)
     ours = lab.recorded_inventory()
+    # A real node's Node goes while its cluster still runs (`make lab-down` stops the cluster first: it goes with it).
+    for machine in lab.load().values():
+        if machine.extra.get(realnode.REAL_NODE):
+            realnode.delete_node(Cluster(lab.dir), machine)
     stopped = lab.down()
     if args.inventory:
         # Only the inventory this lab's `up` wrote: the default path may be another, running lab's.
@@ -181,7 +231,7 @@ def cmd_cluster_build(_args: argparse.Namespace) -> int:
 
 def cmd_cluster_node_build(_args: argparse.Namespace) -> int:
     builds = ensure_node_builds()
-    for path in (builds.kubelet, builds.cni_bin, builds.pause_archive, builds.device_plugin_archive):
+    for path in (builds.kubelet, builds.cni_bin, builds.pause_archive, builds.device_plugin_archive, builds.probe_archive):
         print(path)
     return 0
 
@@ -278,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"a machine to boot; repeat for several (distributions: {', '.join(sorted(DISTROS))}; "
         f"hardware profiles: {', '.join(profile_names())})",
     )
+    up.add_argument("--real-node", action="append", metavar="NAME[=PROFILE]",
+                    help="also boot an Ubuntu 24.04 machine with that hardware profile (default hgx-h100) that runs a real "
+                    "kubelet and containerd, and join it to the running lab cluster of this state directory as a Node "
+                    "(lab/realnode.py; one at a time). Without --machine, only that machine boots")
     up.add_argument("--base-port", type=int, default=int(os.environ.get("GPUOPS_LAB_BASE_PORT", DEFAULT_BASE_PORT)))
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each machine to boot")
     up.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to write ('' for none)")
@@ -285,6 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bind the host's compiler cache for the distribution (~/.cache/gpuops-lab/ccache/DISTRO) at "
                     "/var/cache/gpuops-lab/ccache in each machine (molecule/shared/compiler_cache.yml sets ccache up)")
     up.set_defaults(func=cmd_up)
+
+    rcheck = sub.add_parser("real-node-check", help="check the real-node lane's settings (ports, host tools) before it starts anything")
+    rcheck.add_argument("--base-port", type=int, required=True, help="the real node's SSH port")
+    rcheck.add_argument("--repo-port", type=int, required=True, help="the lane's toolkit repository port")
+    rcheck.set_defaults(func=cmd_real_node_check)
 
     down = sub.add_parser("down", help="stop every machine and remove its directory")
     down.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to remove ('' for none)")

@@ -34,6 +34,7 @@ from .distros import DISTROS
 from .errors import LabError
 from .hostlock import host_lock
 from .machines import Lab, process_start, same_process, state_dir, wait_gone
+from .realnode import REAL_NODE, SERVICE_IP
 from .retry import Backoff, retry
 from .sim.hardware import load_profile, profile_names
 from .toolchain import KUBERNETES_VERSION, ensure_toolchain
@@ -108,11 +109,15 @@ def _nfd_labels(distro_name: str, kernel: str, profile: dict) -> dict[str, str]:
 # longer election timeout, which a single member never holds an election for past its start, for a longer deadline.
 # KWOK manages only the nodes the lab creates for it (annotated kwok.x-k8s.io/node=fake, see node_manifest): kwokctl
 # starts it managing every node, which made a real kubelet's Node Ready with KWOK's heartbeats (issue 61).
-KWOKCTL_CONFIG = """\
+# The serving certificate also names the `kubernetes` Service's address, which a real node's pods connect to (their
+# in-cluster config), DNATed to 127.0.0.1 on the node (lab/realnode.py).
+KWOKCTL_CONFIG = f"""\
 kind: KwokctlConfiguration
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 options:
   bindAddress: 127.0.0.1
+  kubeApiserverCertSANs:
+  - {SERVICE_IP}
 componentsPatches:
 - name: etcd
   extraArgs:
@@ -376,6 +381,15 @@ class Cluster:
         path.chmod(0o600)
         return path
 
+    def ensure_nfd_master(self, node: str) -> None:
+        """Start nfd-master on `node` where `up` started none (a cluster created without nodes: a real node joins
+        later, lab/realnode.py)."""
+        state = self.load()
+        if state is None or ("nfd-master" in state.pids and state.alive("nfd-master")):
+            return
+        state.record("nfd-master", self._start_nfd_master(ensure_toolchain(lambda _msg: None).nfd_master, node))
+        self.save(state)
+
     def _start_nfd_master(self, binary: Path, node: str) -> int:
         import socket
         # Its healthz/metrics port, free on this machine (several lab clusters may run side by side).
@@ -441,4 +455,6 @@ class Cluster:
 def nodes_from_machines(lab_state: Path | None) -> list[NodeSpec]:
     """One node per lab machine of that state directory, named after it, with its profile and distribution."""
     machines = Lab(lab_state).load()
-    return [NodeSpec(m.name, m.profile or "no-gpu", m.distro) for m in sorted(machines.values(), key=lambda m: m.name)]
+    # A real node (lab/realnode.py) registers its own Node with its kubelet.
+    return [NodeSpec(m.name, m.profile or "no-gpu", m.distro) for m in sorted(machines.values(), key=lambda m: m.name)
+            if not m.extra.get(REAL_NODE)]

@@ -26,6 +26,7 @@ from .cgroups import parse_own, remove_cgroup
 from .distros import get_distro
 from .errors import LabError
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
+from .realnode import REAL_NODE, cleanup_host, nspawn_options
 from .sim.hardware import HW_PATH, build_fake_nvml, install_boot_simulation, load_profile, register_nvml_package, write_hardware
 from .supervise import process_alive
 
@@ -58,6 +59,9 @@ def compiler_cache_dir(distro: str) -> Path:
 def nspawn_command(machine: Machine) -> list[str]:
     """The systemd-nspawn command line that boots the machine (the same at every boot, reboots included)."""
     binds = [f"--bind={machine.extra['compiler_cache']}:{COMPILER_CACHE_MOUNT}"] if machine.extra.get("compiler_cache") else []
+    # A real node (lab/realnode.py) runs a kubelet and containers: /dev/kmsg, every capability, the key syscalls.
+    if machine.extra.get(REAL_NODE):
+        binds += nspawn_options()
     return [
         "systemd-nspawn",
         *NSPAWN_COMMON,
@@ -418,13 +422,18 @@ class Lab:
             raise LabError(f"machine {machine.name}: processes {left} still run inside {machine.root}; not removing it")
         for cgroup in filter(None, machine.extra.get("cgroups", "").split(":")):
             remove_cgroup(Path(cgroup))
+        if machine.extra.get(REAL_NODE):
+            # What a real node leaves on the host (the machine shares its network and v1 cgroup hierarchies).
+            cleanup_host(machine)
         shutil.rmtree(machine.directory, ignore_errors=True)
 
-    def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0, compiler_cache: bool = False) -> dict[str, Machine]:
+    def up(self, specs: list[MachineSpec], base_port: int, timeout: float = 90.0, compiler_cache: bool = False,
+           real_nodes: frozenset[str] = frozenset()) -> dict[str, Machine]:
         """Start the machines asked for; ones already running with the same spec are kept.
 
         compiler_cache: bind each new machine's distribution's compiler cache (compiler_cache_dir) at
-        COMPILER_CACHE_MOUNT."""
+        COMPILER_CACHE_MOUNT. real_nodes: the machines booted to run a kubelet (realnode.nspawn_options); joining
+        them is lab/realnode.py's."""
         check_specs(specs)
         machines = self.load()
         wanted = []
@@ -453,7 +462,8 @@ class Lab:
                 port=ports[s.name],
                 directory=str(self.dir / "machines" / s.name),
                 image=str(images[s.distro]),
-                extra={"compiler_cache": str(compiler_cache_dir(s.distro))} if compiler_cache else {},
+                extra={**({"compiler_cache": str(compiler_cache_dir(s.distro))} if compiler_cache else {}),
+                       **({REAL_NODE: "true"} if s.name in real_nodes else {})},
             )
             for s in wanted
         }

@@ -6,6 +6,8 @@
   github.com/containernetworking/plugins at a pinned release;
 - the pause image: the release's own `build/pause/linux/pause.c`, compiled static with gcc (as upstream's
   Makefile does, with its version), in a one-layer OCI archive named as the kubelet's default sandbox image;
+- the smoke-test image the real-node lane gives the validation role (lab/sim/devices_probe.c, static: it lists the
+  /dev/nvidia* a container was given), in a one-layer OCI archive;
 - NVIDIA's k8s-device-plugin at DEVICE_PLUGIN_VERSION (the device plugin, GFD and the config manager, with cgo:
   go-nvml calls NVML's functions, resolved when it loads libnvidia-ml.so.1), in a one-layer OCI archive with the
   libraries the binaries load, named as the device_plugin and gpu_feature_discovery roles name the image.
@@ -56,7 +58,9 @@ DEVICE_PLUGIN_EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore
 # The environment NVIDIA's image sets: it asks the NVIDIA runtime for every GPU's utilities, and no CUDA version.
 DEVICE_PLUGIN_ENV = {"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 PAUSE_IMAGE = "registry.k8s.io/pause"
-NODE_RECIPES = {"cni": 1, "device-plugin": 1, "pause": 1}
+PROBE_SOURCE = Path(__file__).resolve().parent / "sim/devices_probe.c"
+PROBE_IMAGE = "registry.gpuops-lab.invalid/devices-probe"
+NODE_RECIPES = {"cni": 1, "device-plugin": 1, "pause": 1, "probe": 1}
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class NodeBuilds:
     pause_image: str
     device_plugin_archive: Path
     device_plugin_image: str
+    probe_archive: Path
+    probe_image: str
 
 
 def _node_dir(name: str, version: str) -> Path:
@@ -148,6 +154,28 @@ def build_pause(log: Path) -> tuple[Path, str]:
     return _finish(tmp, final) / "image.tar", image
 
 
+def build_probe(log: Path) -> tuple[Path, str]:
+    """The smoke-test image archive and its name (tagged with the recipe and the source's digest)."""
+    import hashlib
+
+    digest = hashlib.sha256(PROBE_SOURCE.read_bytes()).hexdigest()[:12]
+    final = _node_dir("probe", digest)
+    image = f"{PROBE_IMAGE}:r{NODE_RECIPES['probe']}-{digest}"
+    if (final / "image.tar").exists():
+        return final / "image.tar", image
+    if shutil.which("gcc") is None:
+        raise LabError("gcc not found: the lab builds its smoke-test image with it ('make lab-deps')")
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    res = subprocess.run(["gcc", "-Os", "-Wall", "-Werror", "-static", "-o", str(tmp / "devices-probe"), str(PROBE_SOURCE)],
+                         capture_output=True, text=True, check=False)
+    with log.open("a") as fh:
+        fh.write(f"$ gcc ... devices_probe.c\n{res.stdout}{res.stderr}\n")
+    if res.returncode != 0:
+        raise LabError(f"building the smoke-test image failed: {res.stderr.strip()} (full log: {log})")
+    write_archive(tmp / "image.tar", image, {"/devices-probe": File(tmp / "devices-probe", 0o755)}, entrypoint=["/devices-probe"])
+    return _finish(tmp, final) / "image.tar", image
+
+
 def ensure_node_builds(progress: Callable[[str], object] = print) -> NodeBuilds:
     """Build (or find) everything the real node runs; one builder at a time on the host, as ensure_toolchain."""
     log = cluster_cache() / "logs" / f"node-build-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -158,8 +186,10 @@ def ensure_node_builds(progress: Callable[[str], object] = print) -> NodeBuilds:
         cni = build_cni(log)
         pause, pause_image = build_pause(log)
         device_plugin = build_device_plugin(log) / "image.tar"
+        probe, probe_image = build_probe(log)
         took = time.monotonic() - t0
     if took > 1:
         progress(f"lab node: built the kubelet {KUBERNETES_VERSION}, CNI {CNI_VERSION}, {pause_image}, "
                  f"device plugin {DEVICE_PLUGIN_VERSION} in {took:.0f}s")
-    return NodeBuilds(kubelet, cni, pause, pause_image, device_plugin, f"{DEVICE_PLUGIN_IMAGE}:{DEVICE_PLUGIN_VERSION}")
+    return NodeBuilds(kubelet, cni, pause, pause_image, device_plugin, f"{DEVICE_PLUGIN_IMAGE}:{DEVICE_PLUGIN_VERSION}",
+                      probe, probe_image)

@@ -72,3 +72,10 @@ def test_the_uninstall_drains_where_the_driver_goes_on_a_kubernetes_node(driver,
                  **({"gpuops_uninstall_drain": drain} if drain is not None else {})}
     templar = role_templar(ROLES / "uninstall", **overrides)
     assert templar.template(trust_as_template("{{ __gpuops_uninstall_drains }}")) is expected
+@pytest.mark.parametrize(("components", "expected"), [
+    (None, True), (["device-plugin", "gpu-feature-discovery", "mig-manager"], True), (["device-plugin", "gpu-feature-discovery"], False)])
+def test_the_default_mig_config_is_set_only_where_the_mig_manager_is_deployed(components, expected):
+    """A node whose MIG manager is left out got mig.config=all-disabled, which no one applies (issue 61's real node)."""
+    overrides = {} if components is None else {"gpuops_cluster_prereqs_deploy_components": components}
+    templar = role_templar(ROLES / "mig_manager", **overrides)
+    assert templar.template(trust_as_template("{{ __gpuops_mig_manager_deployed | bool }}")) is expected
