@@ -59,7 +59,7 @@ NRI_PLUGIN = "gpuops-nvidia-nri-plugin"
 NRI_PLUGIN_SOURCE = Path(__file__).resolve().parent / "nri-plugin"
 NRI_PLUGIN_FILES = ("go.mod", "go.sum", "main.go")
 # Bump when the package or repository layout changes, so the cache is rebuilt.
-RECIPE = 3
+RECIPE = 2
 PACKAGE = "nvidia-container-toolkit-base"
 ARCH = "amd64"
 DEFAULT_PORT = 8461
