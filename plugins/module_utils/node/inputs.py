@@ -67,5 +67,6 @@ def nri_plugin(mode: Any, source: Any, index: Any) -> list[str]:
     return errors
 
 
-RULES: dict[str, Callable[..., list[str]]] = {"driver_method": driver_method, "driver_repository": driver_repository,
-                                             "nri_plugin": nri_plugin}
+RULES: dict[str, Callable[..., list[str]]] = {
+    "driver_method": driver_method, "driver_repository": driver_repository, "nri_plugin": nri_plugin,
+}

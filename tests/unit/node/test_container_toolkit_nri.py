@@ -37,8 +37,9 @@ def test_nri_is_a_choice_with_the_plugin_s_variables_documented_and_defaulted():
 @pytest.mark.parametrize("source", ["", None, "plugin", "ftp://mirror/plugin", "relative/path", 3])
 def test_nri_mode_refuses_a_plugin_source_it_cannot_take_naming_the_variable_value_and_what_is_accepted(source):
     (message,) = inputs.nri_plugin("nri", source, 10)
-    assert message.startswith(f"gpuops_container_toolkit_nri_plugin_source: {json.dumps(source)} is not an https, http or "
-                               "file URL nor an absolute path on the controller")
+    expected = (f"gpuops_container_toolkit_nri_plugin_source: {json.dumps(source)} is not an https, http or file URL nor "
+                "an absolute path on the controller")
+    assert message.startswith(expected)
     assert "gpuops_container_toolkit_mode: nri" in message
 
 
@@ -111,7 +112,7 @@ def test_a_url_is_fetched_by_the_node_and_a_path_copied_from_the_controller(sour
 
 
 def test_the_unit_is_enabled_started_restarted_on_a_change_and_never_started_in_an_image_build():
-    *_, task = _tasks("nri.yml")
+    task = _tasks("nri.yml")[-1]
     args = task["gpuops.nvidia.node_files"]
     (unit,) = args["units"]
     assert unit["enabled"] is True
