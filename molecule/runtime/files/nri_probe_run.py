@@ -1,8 +1,9 @@
 """Run on the NRI machine by the runtime scenario's verify (issue 63): with crictl, a pod sandbox whose annotation
 nvidia.cdi.k8s.io/container.gpu names a CDI device, and two containers in it, `gpu` (annotated) and `plain` (not);
 then what containerd put in each container's OCI spec (crictl inspect) and what each sees in its /dev (crictl exec),
-beside the devices of the CDI spec's device. With --pod NAME, one pod only (its `gpu` container), for the run with the
-plugin stopped. Prints one JSON object; a crictl that fails ends it with crictl's error.
+beside the devices of the CDI spec's device. With --pod NAME and --only gpu, that pod with its `gpu` container alone,
+for the run with the plugin stopped. Prints one JSON object, with `error` set where a crictl command failed (what was
+read before it stays).
 
     python3 nri_probe_run.py DIR DEVICE [--pod NAME] [--only gpu]
 """
@@ -16,10 +17,14 @@ import sys
 import yaml
 
 
+class CrictlFailed(Exception):
+    """A crictl command that failed: its arguments and error."""
+
+
 def crictl(*args: str) -> str:
     res = subprocess.run(["crictl", *args], capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        sys.exit(f"crictl {' '.join(args)}: rc={res.returncode}: {res.stderr.strip()}")
+        raise CrictlFailed(f"crictl {' '.join(args)}: rc={res.returncode}: {res.stderr.strip()}")
     return res.stdout.strip()
 
 
@@ -42,21 +47,26 @@ def main(directory: str, device: str, pod_name: str, names: list[str]) -> None:
     pod_config["metadata"]["name"] = pod_config["metadata"]["uid"] = pod_name
     with open(f"{directory}/{pod_name}.json", "w", encoding="utf-8") as handle:
         json.dump(pod_config, handle)
-    out: dict = {"cdi": cdi_device_nodes(device)}
-    pod = crictl("runp", f"{directory}/{pod_name}.json")
+    # What was read before a step failed stays in the output, with the error (the verify shows both).
+    out: dict = {"cdi": cdi_device_nodes(device), "error": ""}
+    pod = ""
     try:
+        pod = crictl("runp", f"{directory}/{pod_name}.json")
         ids = {name: crictl("create", pod, f"{directory}/{name}.json", f"{directory}/{pod_name}.json") for name in names}
         for name, cid in ids.items():
             spec = json.loads(crictl("inspect", cid))["info"]["runtimeSpec"]
-            out[name] = {"spec": sorted(d["path"] for d in (spec.get("linux") or {}).get("devices") or [])}
+            out[name] = {"spec": sorted(d["path"] for d in (spec.get("linux") or {}).get("devices") or []), "dev": []}
         crictl("start", *ids.values())
         for name, cid in ids.items():
             lines = crictl("exec", cid, "/probe", "ls", "/dev").splitlines()
             # "NAME MAJOR:MINOR" for each character device the container sees.
             out[name]["dev"] = sorted(f"{line.split()[2]} {line.split()[1]}" for line in lines if line.startswith("c "))
+    except CrictlFailed as exc:
+        out["error"] = str(exc)
     finally:
-        subprocess.run(["crictl", "stopp", pod], capture_output=True, check=False)
-        subprocess.run(["crictl", "rmp", "-f", pod], capture_output=True, check=False)
+        if pod:
+            subprocess.run(["crictl", "stopp", pod], capture_output=True, check=False)
+            subprocess.run(["crictl", "rmp", "-f", pod], capture_output=True, check=False)
     print(json.dumps(out))
 
 
