@@ -5,7 +5,9 @@ beside the devices of the CDI spec's device. With --pod NAME and --only gpu, tha
 for the run with the plugin stopped. Prints one JSON object, with `error` set where a crictl command failed (what was
 read before it stays).
 
-    python3 nri_probe_run.py DIR DEVICE [--pod NAME] [--only gpu]
+    python3 nri_probe_run.py DIR DEVICE [--pod NAME] [--only gpu] [--handlers ,runc-cgroupfs]
+
+--handlers: the runtime handlers to try for the sandbox, in order ("" is the default runtime).
 """
 
 from __future__ import annotations
@@ -41,17 +43,27 @@ def cdi_device_nodes(device: str, path: str = "/var/run/cdi/nvidia.yaml") -> lis
     return sorted({n["path"] for n in nodes})
 
 
-def main(directory: str, device: str, pod_name: str, names: list[str]) -> None:
+def main(directory: str, device: str, pod_name: str, names: list[str], handlers: list[str]) -> None:
     with open(f"{directory}/pod.json", encoding="utf-8") as handle:
         pod_config = json.load(handle)
     pod_config["metadata"]["name"] = pod_config["metadata"]["uid"] = pod_name
     with open(f"{directory}/{pod_name}.json", "w", encoding="utf-8") as handle:
         json.dump(pod_config, handle)
     # What was read before a step failed stays in the output, with the error (the verify shows both).
-    out: dict = {"cdi": cdi_device_nodes(device), "error": ""}
+    out: dict = {"cdi": cdi_device_nodes(device), "error": "", "handler": None, "sandbox_errors": {}}
     pod = ""
     try:
-        pod = crictl("runp", f"{directory}/{pod_name}.json")
+        # The first runtime handler that starts the sandbox (the default one: ""); each that did not, with its error.
+        for handler in handlers:
+            try:
+                pod = crictl("runp", *(["--runtime", handler] if handler else []), f"{directory}/{pod_name}.json")
+            except CrictlFailed as exc:
+                out["sandbox_errors"][handler] = str(exc)
+                continue
+            out["handler"] = handler
+            break
+        if not pod:
+            raise CrictlFailed(f"no runtime handler of {handlers} started the pod sandbox")
         ids = {name: crictl("create", pod, f"{directory}/{name}.json", f"{directory}/{pod_name}.json") for name in names}
         for name, cid in ids.items():
             spec = json.loads(crictl("inspect", cid))["info"]["runtimeSpec"]
@@ -74,4 +86,5 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     pod_name = args[args.index("--pod") + 1] if "--pod" in args else "nri-probe"
     only = [args[args.index("--only") + 1]] if "--only" in args else ["gpu", "plain"]
-    main(args[0], args[1], pod_name, only)
+    tried = args[args.index("--handlers") + 1].split(",") if "--handlers" in args else [""]
+    main(args[0], args[1], pod_name, only, tried)
