@@ -117,7 +117,15 @@ def test_the_unit_is_enabled_started_restarted_on_a_change_and_never_started_in_
     (unit,) = args["units"]
     assert unit["enabled"] is True
     assert unit["state"] == "{{ 'restarted' if __gpuops_container_toolkit_nri_binary is changed else 'started' }}"
-    assert unit["restart_on"] == ["{{ __gpuops_container_toolkit_nri_unit_path }}"]
+    # restart_on only with started, as node_files takes it (the first run with rt-nri failed on that).
+    assert unit["restart_on"] == ("{{ [] if __gpuops_container_toolkit_nri_binary is changed else "
+                                  "[__gpuops_container_toolkit_nri_unit_path] }}")
+    for changed, state, restart_on in ((True, "restarted", []), (False, "started", ["/etc/systemd/system/x.service"])):
+        templar = role_templar(ROLE, role_path=str(ROLE), __gpuops_container_toolkit_nri_plugin_url=True,
+                               __gpuops_container_toolkit_nri_fetched={"changed": changed},
+                               __gpuops_container_toolkit_nri_unit_path="/etc/systemd/system/x.service")
+        assert templar.template(trust_as_template(unit["state"])) == state
+        assert templar.template(trust_as_template(unit["restart_on"])) == restart_on
     # node_files starts or restarts nothing in an image build; the role passes it the runtime module's detection.
     assert args["image_build"] == "{{ __gpuops_container_toolkit_runtime.image_build | string | lower }}"
     # In check mode on a node without the binary there is no unit for systemd to answer about yet.
