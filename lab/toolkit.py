@@ -13,6 +13,9 @@ Served beside it under `tools/`: crictl (sigs.k8s.io/cri-tools), so tests can re
 (conmon, crun) come from the distributions; and containerd 2.3 (containerd, containerd-shim-runc-v2, ctr from
 github.com/containerd/containerd/v2), the first release with config version 4, which no distribution archive the
 lab reaches has: a machine installs its distribution's containerd (the unit, runc) and puts these in its place.
+And the toolkit's NRI plugin (issue 63's NRI mode), which NVIDIA ships only inside its installer image: lab/nri-plugin,
+a main of a few lines over the toolkit module's package `nri` (TOOLKIT_NRI_VERSION), built static; the
+container_toolkit role installs it from gpuops_container_toolkit_nri_plugin_source.
 Everything built is cached in <cache>/toolkit, keyed by version and recipe.
 """
 
@@ -49,6 +52,12 @@ CONTAINERD_VERSION = "v2.3.7"
 CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 # Leave out the snapshotters that need C libraries (btrfs, devmapper, zfs are cgo-only or off without cgo anyway).
 CONTAINERD_TAGS = "no_btrfs no_devmapper no_zfs"
+# The NRI plugin's toolkit version: its package `nri` is in v1.19.0 and later (not in the v1.18 the repository packages),
+# v1.20.2 the newest this proxy serves. lab/nri-plugin/go.mod requires it; a test checks they agree.
+TOOLKIT_NRI_VERSION = "v1.20.2"
+NRI_PLUGIN = "gpuops-nvidia-nri-plugin"
+NRI_PLUGIN_SOURCE = Path(__file__).resolve().parent / "nri-plugin"
+NRI_PLUGIN_FILES = ("go.mod", "go.sum", "main.go")
 # Bump when the package or repository layout changes, so the cache is rebuilt.
 RECIPE = 2
 PACKAGE = "nvidia-container-toolkit-base"
@@ -131,6 +140,35 @@ def build_containerd(log: Path) -> Path:
                      f"{CONTAINERD_MODULE}/cmd/{first}", tmp / first, log, go=gomod["Go"], tags=CONTAINERD_TAGS,
                      go_sum=Path(info["Dir"]) / "go.sum", env=env, ldflags=ldflags,
                      more={f"{CONTAINERD_MODULE}/cmd/{b}": tmp / b for b in rest})
+    return _finish(tmp, final)
+
+
+def nri_plugin_key(source: Path = NRI_PLUGIN_SOURCE) -> str:
+    """The plugin build's cache key: the toolkit version and a digest of its source (main.go, go.mod, go.sum), so an edit
+    of the main rebuilds it."""
+    digest = hashlib.sha256()
+    for name in NRI_PLUGIN_FILES:
+        digest.update(name.encode() + b"\0" + (source / name).read_bytes() + b"\0")
+    return f"{TOOLKIT_NRI_VERSION}-{digest.hexdigest()[:12]}"
+
+
+def nri_plugin_build_args(out: Path) -> list[str]:
+    """The go command that builds the plugin, static (CGO off), with the toolkit version in its --version."""
+    return ["build", "-trimpath", "-ldflags", f"-s -w -X main.version={TOOLKIT_NRI_VERSION}", "-o", str(out), "."]
+
+
+def build_nri_plugin(log: Path, source: Path = NRI_PLUGIN_SOURCE) -> Path:
+    """The NRI plugin from lab/nri-plugin (copied out of the checkout, so the build writes nothing in it), cached by
+    nri_plugin_key; returns the directory that holds it."""
+    final = toolkit_cache() / "bin" / f"nri-plugin-{nri_plugin_key(source)}"
+    if (final / NRI_PLUGIN).exists():
+        return final
+    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
+    src = _empty_dir(toolkit_cache() / "src" / "nri-plugin")
+    for name in NRI_PLUGIN_FILES:
+        shutil.copy2(source / name, src / name)
+    _go(nri_plugin_build_args(tmp / NRI_PLUGIN), src, log, f"building the NRI plugin over the toolkit {TOOLKIT_NRI_VERSION}",
+        env={**go_env(), "CGO_ENABLED": "0"})
     return _finish(tmp, final)
 
 
@@ -231,8 +269,9 @@ def release_file(files: dict[str, bytes]) -> str:
 
 def build_repo(progress=print) -> Path:
     """The signed flat repository (cached); returns its root, which holds gpgkey, <arch>/ and tools/."""
-    root = toolkit_cache() / f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-{CRIO_VERSION}-{CONTAINERD_VERSION}-r{RECIPE}"
-    if (root / ARCH / "InRelease").exists() and (root / "tools/crio").exists() and (root / "tools/containerd").exists():
+    root = toolkit_cache() / (f"repo-{TOOLKIT_VERSION}-{CRI_TOOLS_VERSION}-{CRIO_VERSION}-{CONTAINERD_VERSION}"
+                              f"-nri-{nri_plugin_key()}-r{RECIPE}")
+    if (root / ARCH / "InRelease").exists() and all((root / "tools" / name).exists() for name in ("crio", "containerd", NRI_PLUGIN)):
         return root
     log = toolkit_cache() / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
     t0 = time.monotonic()
@@ -240,6 +279,7 @@ def build_repo(progress=print) -> Path:
     crictl = build_crictl(log)
     crio = build_crio(log)
     containerd = build_containerd(log)
+    nri_plugin = build_nri_plugin(log)
     tmp = _empty_dir(root.with_name(root.name + ".tmp"))
     arch_dir = tmp / ARCH
     arch_dir.mkdir()
@@ -262,6 +302,7 @@ def build_repo(progress=print) -> Path:
         shutil.copy2(crio / name, tmp / "tools" / name)
     for name in CONTAINERD_BINARIES:
         shutil.copy2(containerd / name, tmp / "tools" / name)
+    shutil.copy2(nri_plugin / NRI_PLUGIN, tmp / "tools" / NRI_PLUGIN)
     progress(f"lab toolkit repository: built in {time.monotonic() - t0:.0f}s ({root})")
     return _finish(tmp, root)
 

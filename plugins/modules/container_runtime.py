@@ -101,9 +101,10 @@ options:
     type: path
     default: /etc/nvidia-container-runtime/config.toml
   toolkit_mode:
-    description: C(nvidia-container-runtime.mode) to set; omitted, the mode is left as it is.
+    description:
+      - C(nvidia-container-runtime.mode) to set, one of C(auto), C(cdi), C(legacy), C(jit-cdi), C(csv); omitted or null, the
+        mode is left as it is (NRI mode, O(nri), passes null). Another value is refused before anything is written.
     type: str
-    choices: [auto, cdi, legacy, jit-cdi, csv]
   toolkit_settings:
     description: Other keys of the toolkit's config, as dotted keys (C(nvidia-container-cli.root)).
     type: dict

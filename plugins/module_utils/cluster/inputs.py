@@ -116,9 +116,17 @@ def validation_smoke(smoke: Any, smoke_test: Any = UNSET) -> list[str]:
     return errors
 
 
+def nri(nri: Any, cdi: Any) -> list[str]:
+    """cluster_common: NRI mode's devices are CDI devices (the GPU Operator refuses its NRI plugin with CDI off too)."""
+    if nri is True and str(cdi).lower() == "false":
+        return [f"gpuops_device_plugin_cdi: {json.dumps(str(cdi).lower())} turns CDI off, and NRI mode (gpuops_cluster_nri: "
+                "true) injects CDI devices: use auto or true"]
+    return []
+
+
 RULES: dict[str, Callable[..., list[str]]] = {
     "gpu_hosts": gpu_hosts, "kubelet_root": kubelet_root, "kube_context": kube_context, "dcgm_metrics": dcgm_metrics,
     "device_plugin_configs": device_plugin_configs, "device_plugin_with_dra": device_plugin_with_dra, "dra_ports": dra_ports,
     "dra_feature_gates": dra_feature_gates, "dra_driver_root": dra_driver_root, "driver_container": driver_container,
-    "mig_configs": mig_configs, "validation_smoke": validation_smoke,
+    "mig_configs": mig_configs, "validation_smoke": validation_smoke, "nri": nri,
 }

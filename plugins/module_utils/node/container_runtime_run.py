@@ -36,7 +36,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "runtime_config": {"type": "dict", "default": {}},
     "containerd_version": {"type": "str"},
     "toolkit_config": {"type": "path", "default": "/etc/nvidia-container-runtime/config.toml"},
-    "toolkit_mode": {"type": "str", "choices": list(cr.TOOLKIT_MODES)},
+    # No choices here: null is "leave the mode" (NRI mode passes it), which a choices check refuses; plan_toolkit checks
+    # the value against TOOLKIT_MODES and names the role's variable.
+    "toolkit_mode": {"type": "str"},
     "toolkit_settings": {"type": "dict", "default": {}},
     "nri": {"type": "bool", "default": False},
     "backup": {"type": "bool", "default": True},

@@ -10,6 +10,7 @@ node.yml's first task), so it imports nothing but the lists it checks against.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -43,4 +44,29 @@ def driver_repository(repository: Any, driver_repository: Any = UNSET) -> list[s
     return [f"{variable}: {json.dumps(repository, default=str)} is not one of {', '.join(REPOSITORIES)}"]
 
 
-RULES: dict[str, Callable[..., list[str]]] = {"driver_method": driver_method, "driver_repository": driver_repository}
+def nri_plugin_source(source: Any) -> bool:
+    """Whether the NRI plugin's source is one the container_toolkit role takes: an https, http or file URL (fetched by
+    the node), or an absolute path on the controller (copied)."""
+    return isinstance(source, str) and (re.match(r"^(https?|file)://[^ ]+$", source) is not None
+                                        or (source.startswith("/") and " " not in source.strip()))
+
+
+def nri_plugin(mode: Any, source: Any, index: Any) -> list[str]:
+    """container_toolkit: NRI mode runs the toolkit's NRI plugin, which NVIDIA's packages do not ship (only its installer
+    image, docs/nri.md): its binary's source must be given; its index is NRI's (0 to 99). Nothing asked of other modes."""
+    if mode != "nri":
+        return []
+    errors = []
+    if not nri_plugin_source(source):
+        errors.append(f"gpuops_container_toolkit_nri_plugin_source: {json.dumps(source, default=str)} is not an https, http "
+                      "or file URL nor an absolute path on the controller: NRI mode (gpuops_container_toolkit_mode: nri) "
+                      "runs the toolkit's NRI plugin, which NVIDIA's packages do not ship; name its binary there (docs/nri.md)")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= 99:
+        errors.append(f"gpuops_container_toolkit_nri_plugin_index: {json.dumps(index, default=str)} is not an integer from 0 "
+                      "to 99 (the plugin's place among the runtime's NRI plugins)")
+    return errors
+
+
+RULES: dict[str, Callable[..., list[str]]] = {
+    "driver_method": driver_method, "driver_repository": driver_repository, "nri_plugin": nri_plugin,
+}

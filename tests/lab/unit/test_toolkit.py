@@ -74,3 +74,58 @@ def test_signing_leaves_no_gpg_agent_running(tmp_path):
                             str(release)])
         assert _agents(home), "gpg started no agent: the test shows nothing"
     assert _agents(home) == []
+
+
+# -- the NRI plugin (issue 63) -----------------------------------------------------------------
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUOPS_LAB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+class FakeGoBuild:
+    """Records go commands; `build -o OUT` leaves a file at OUT, as go would."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], Path, dict]] = []
+
+    def __call__(self, args, cwd, log, what, env=None):
+        self.calls.append((list(args), Path(cwd), dict(env or {})))
+        if args[0] == "build":
+            shutil.copy("/bin/true", args[args.index("-o") + 1])
+        return ""
+
+
+def test_the_nri_plugin_main_requires_the_toolkit_version_the_lab_pins():
+    gomod = (toolkit.NRI_PLUGIN_SOURCE / "go.mod").read_text()
+    assert f"github.com/NVIDIA/nvidia-container-toolkit {toolkit.TOOLKIT_NRI_VERSION}\n" in gomod
+    main = (toolkit.NRI_PLUGIN_SOURCE / "main.go").read_text()
+    # The toolkit's own plugin, not a copy of it: the package the installer runs.
+    assert '"github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk-installer/container/runtime/nri"' in main
+    for flag in ("nri-socket", "nri-plugin-index", "nri-namespace", "nri-management-cdi-device-namespaces"):
+        assert f'"{flag}"' in main
+
+
+def test_the_nri_plugin_is_built_static_outside_the_checkout_and_cached_by_its_source(cache, tmp_path, monkeypatch):
+    source = tmp_path / "nri-plugin"
+    shutil.copytree(toolkit.NRI_PLUGIN_SOURCE, source)
+    go = FakeGoBuild()
+    monkeypatch.setattr(toolkit, "_go", go)
+    out = toolkit.build_nri_plugin(tmp_path / "log", source)
+    assert out == cache / "toolkit/bin" / f"nri-plugin-{toolkit.nri_plugin_key(source)}"
+    assert os.access(out / toolkit.NRI_PLUGIN, os.X_OK)
+    ((args, cwd, env),) = go.calls
+    assert args[:2] == ["build", "-trimpath"] and args[-1] == "."
+    assert f"-X main.version={toolkit.TOOLKIT_NRI_VERSION}" in args[args.index("-ldflags") + 1]
+    assert env["CGO_ENABLED"] == "0"
+    # Built in a copy of the source, so the build writes nothing into the checkout.
+    assert cwd != source and sorted(p.name for p in cwd.iterdir()) == sorted(toolkit.NRI_PLUGIN_FILES)
+    assert toolkit.build_nri_plugin(tmp_path / "log", source) == out
+    assert len(go.calls) == 1  # warm: nothing asked of go
+    # An edit of the main is a new build.
+    (source / "main.go").write_text((source / "main.go").read_text() + "\n// edited\n")
+    assert toolkit.nri_plugin_key(source) != out.name.removeprefix("nri-plugin-")
+    assert toolkit.build_nri_plugin(tmp_path / "log", source) != out
+    assert len(go.calls) == 2

@@ -65,6 +65,10 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ['gpuops_cluster_context: "prod" is not a context of kubeconfig (it has lab)']),
     ("context not in $KUBECONFIG", "cluster_common", {"gpuops_cluster_context": "prod", "$KUBECONFIG": "kubeconfig"},
      ['gpuops_cluster_context: "prod" is not a context of kubeconfig (it has lab)']),
+    ("NRI mode with CDI off", "cluster_common", {"gpuops_cluster_nri": True, "gpuops_device_plugin_cdi": "false"},
+     ['gpuops_device_plugin_cdi: "false" turns CDI off, and NRI mode (gpuops_cluster_nri: true) injects CDI devices: use auto '
+      "or true"]),
+    ("NRI mode with CDI auto", "cluster_common", {"gpuops_cluster_nri": True}, []),
     # cluster_prereqs
     ("empty group", "cluster_prereqs", {"gpuops_cluster_nodes_group": "nogroup", "__nodes": "handlers"},
      ["gpuops_cluster_nodes_group: group nogroup has no hosts"]),
@@ -86,6 +90,12 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ['gpuops_container_toolkit_version: "v1.18" is not a package version (1.18.2, or with its package revision, 1.18.2-1)']),
     ("toolkit version with revision", "container_toolkit", {"gpuops_container_toolkit_version": "1.18.2-1"}, []),
     ("toolkit release candidate", "container_toolkit", {"gpuops_container_toolkit_version": "1.18.0~rc.1"}, []),
+    ("NRI mode without the plugin", "container_toolkit", {"gpuops_container_toolkit_mode": "nri"},
+     ['gpuops_container_toolkit_nri_plugin_source: "" is not an https, http or file URL nor an absolute path on the controller: '
+      "NRI mode (gpuops_container_toolkit_mode: nri) runs the toolkit's NRI plugin, which NVIDIA's packages do not ship; name "
+      "its binary there (docs/nri.md)"]),
+    ("NRI mode with the plugin", "container_toolkit", {"gpuops_container_toolkit_mode": "nri",
+                                                       "gpuops_container_toolkit_nri_plugin_source": "/srv/nri-plugin"}, []),
     # preflight
     ("driver method", "preflight", {"gpuops_driver_method": "kmod"},
      ['gpuops_driver_method: "kmod" is not one of auto, precompiled, dkms, containerized']),
@@ -405,7 +415,7 @@ def test_a_wrong_declaration_is_named():
         "unknown key 'whenn' (known: kinds, rules, when)", "kinds: v: unknown kind 'imgae_tag'", "kinds: w: no kind",
         "rules: 'cluster.no_such': no rule 'no_such' in module_utils/cluster/inputs.py (known: dcgm_metrics, device_plugin_configs, "
         "device_plugin_with_dra, dra_driver_root, dra_feature_gates, dra_ports, driver_container, gpu_hosts, kube_context, "
-        "kubelet_root, mig_configs, validation_smoke)",
+        "kubelet_root, mig_configs, nri, validation_smoke)",
         "rules: cluster.dra_ports: takes no argument 'port'", "rules: cluster.dra_ports: argument 'healthcheck_port' not given",
         "rules: cluster.dra_ports: argument 'compute_domains_port' not given"]
 

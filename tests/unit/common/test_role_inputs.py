@@ -121,6 +121,19 @@ def test_the_host_roles_own_checks_name_the_variable_the_value_came_from(tmp_pat
     assert not run(tmp_path, {}, roles=NODE_ROLES).get("failed")
 
 
+def test_nri_mode_without_the_plugin_s_source_is_refused_before_anything_changes(tmp_path):
+    # NRI mode runs the toolkit's NRI plugin, which NVIDIA's packages do not ship: its source must be named (issue 63).
+    res = run(tmp_path, {"gpuops_container_toolkit_mode": "nri"}, roles=NODE_ROLES)
+    assert res["failed"] is True
+    assert res["input_errors"] == [
+        'gpuops_container_toolkit_nri_plugin_source: "" is not an https, http or file URL nor an absolute path on the '
+        "controller: NRI mode (gpuops_container_toolkit_mode: nri) runs the toolkit's NRI plugin, which NVIDIA's "
+        "packages do not ship; name its binary there (docs/nri.md)"]
+    assert not run(tmp_path, {"gpuops_container_toolkit_mode": "nri",
+                              "gpuops_container_toolkit_nri_plugin_source": "https://mirror.example/nri-plugin"},
+                   roles=NODE_ROLES).get("failed")
+
+
 def _tasks(path: Path) -> list[dict]:
     return [t for t in yaml.safe_load(path.read_text()) or [] if isinstance(t, dict)]
 

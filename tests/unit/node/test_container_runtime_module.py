@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, container_runtime_run
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node import answers, container_runtime_run, preflight
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime
 
 from ..harness import call
@@ -647,3 +647,43 @@ def test_nri_writes_nri_and_cdi_only_then_nothing(node):
     assert "[plugins.'io.containerd.nri.v1.nri']" in drop or '[plugins."io.containerd.nri.v1.nri"]' in drop
     assert "nvidia-container-runtime" not in drop and "runtimes" not in drop
     assert not run(nri=True)["changed"]
+
+
+def test_the_preflight_blocks_nri_mode_with_the_module_s_refusal_through_the_read_s_answer(node, info_of):
+    """node.yml's read answers the container_toolkit role's check in NRI mode; where the runtime cannot inject an NRI
+    plugin's CDI devices (containerd 1.7.12), that answer is the module's own refusal (check_nri_support, not a copy),
+    and the preflight blocks on it before any role changes the node. Where it can (2.3.7), nothing blocks."""
+    etc, _run, _calls, version = node
+    version["out"] = "containerd github.com/containerd/containerd 1.7.12 \n"
+    # As the role passes them in NRI mode: toolkit_mode null (the toolkit's mode left as it is).
+    given = {"config": str(etc / "containerd/config.toml"), "drop_in": str(etc / "containerd/conf.d/99-nvidia.toml"),
+             "toolkit_config": str(etc / "nvidia-container-runtime/config.toml"), "image_build": "false", "nri": True,
+             "toolkit_mode": None, "variables": NRI_NAMES, "packages": [], "validate_only": True}
+    before = files(etc)
+    answer = _answer(given, NVML_OK)
+    assert answer["result"] is None and files(etc) == before
+    assert answer["refused"].startswith("gpuops_container_toolkit_mode: nri needs containerd 1.7.30 or a later 1.7, or "
+                                        "2.1 or later"), answer
+    info = info_of("hgx-h100")
+    info["node"]["container_runtimes"] = ["containerd"]
+    settings = {"driver_method": "none", "container_runtime": "auto"}
+    found = preflight.findings(info, "Ubuntu", "24", {**settings, "answers": {"container_toolkit": answer}})
+    assert [(f["id"], f["severity"]) for f in found] == [("container_toolkit_refuses", "blocker")]
+    assert found[0]["message"] == f"the container_toolkit role would refuse: {answer['refused']}"
+    version["out"] = "containerd github.com/containerd/containerd/v2 v2.3.7 \n"
+    answer = _answer(given, NVML_OK)
+    assert "refused" not in answer and answer["result"]["cdi_enabled"] is True
+    assert preflight.findings(info, "Ubuntu", "24", {**settings, "answers": {"container_toolkit": answer}}) == []
+
+
+def test_nri_mode_s_null_toolkit_mode_is_taken_and_another_mode_refused_naming_the_variable(node):
+    """The role passes toolkit_mode null in NRI mode (the toolkit's mode left as it is): the module takes it, where an
+    argument spec's choices would refuse it; a mode that is none of the toolkit's is still refused before any write."""
+    etc, run, _calls, _v = node
+    res = run(nri=True, toolkit_mode=None)
+    assert not res["failed"] and res["changed"], res.get("msg")
+    assert not (etc / "nvidia-container-runtime/config.toml").exists()
+    before = files(etc)
+    res = run(variables={**TOOLKIT_NAMES, "toolkit_mode": "gpuops_container_toolkit_mode"}, toolkit_mode="bogus")
+    assert res["failed"] and res["msg"].startswith("gpuops_container_toolkit_mode: 'bogus' is not one of auto, cdi"), res["msg"]
+    assert files(etc) == before

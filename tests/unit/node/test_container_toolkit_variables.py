@@ -150,7 +150,9 @@ def test_the_spec_s_result_is_the_check_s_answer_where_it_stands_else_the_spec_t
     assert got == (answer if want == "answer" else registered)
     last = yaml.safe_load((ROLE / "tasks/main.yml").read_text())[-1]["ansible.builtin.set_fact"]
     assert "__gpuops_container_toolkit_cdi_result.devices" in last["gpuops_container_toolkit_cdi_devices"]
-    assert "__gpuops_container_toolkit_cdi_result]" in last["gpuops_node_changed"]
+    assert "__gpuops_container_toolkit_cdi_result," in last["gpuops_node_changed"]
+    # NRI mode's plugin unit counts too (started empty at the role's start, so an earlier run's result does not).
+    assert "__gpuops_container_toolkit_nri_unit_result | default({})]" in last["gpuops_node_changed"]
 
 
 REFRESH_FILES = [{"path": "/etc/systemd/system/nvidia-cdi-refresh.service.d/50-gpuops.conf", "content": "x", "mode": "0644"}]
