@@ -72,6 +72,8 @@ def test_the_uninstall_drains_where_the_driver_goes_on_a_kubernetes_node(driver,
                  **({"gpuops_uninstall_drain": drain} if drain is not None else {})}
     templar = role_templar(ROLES / "uninstall", **overrides)
     assert templar.template(trust_as_template("{{ __gpuops_uninstall_drains }}")) is expected
+
+
 @pytest.mark.parametrize(("components", "expected"), [
     (None, True), (["device-plugin", "gpu-feature-discovery", "mig-manager"], True), (["device-plugin", "gpu-feature-discovery"], False)])
 def test_the_default_mig_config_is_set_only_where_the_mig_manager_is_deployed(components, expected):
