@@ -141,17 +141,23 @@ def build_pause(log: Path) -> tuple[Path, str]:
     image = f"{PAUSE_IMAGE}:{tag}"
     if (final / "image.tar").exists():
         return final / "image.tar", image
+    built = _static_image(tmp=_empty_dir(final.with_name(final.name + ".tmp")), source=src / "linux/pause.c", binary="pause",
+                          image=image, what="the pause container", log=log, flags=[f"-DVERSION=v{tag}-gpuops-lab"])
+    return _finish(built, final) / "image.tar", image
+
+
+def _static_image(tmp: Path, source: Path, binary: str, image: str, what: str, log: Path, flags: list[str] | None = None) -> Path:
+    """Build one C source static with gcc into tmp and write tmp/image.tar: a one-file image that runs it."""
     if shutil.which("gcc") is None:
-        raise LabError("gcc not found: the lab builds the pause container with it ('make lab-deps')")
-    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
-    res = subprocess.run(["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{tag}-gpuops-lab", "-o", str(tmp / "pause"),
-                          str(src / "linux/pause.c")], capture_output=True, text=True, check=False)
+        raise LabError(f"gcc not found: the lab builds {what} with it ('make lab-deps')")
+    res = subprocess.run(["gcc", "-Os", "-Wall", "-Werror", "-static", *(flags or []), "-o", str(tmp / binary), str(source)],
+                         capture_output=True, text=True, check=False)
     with log.open("a") as fh:
-        fh.write(f"$ gcc ... pause.c\n{res.stdout}{res.stderr}\n")
+        fh.write(f"$ gcc ... {source.name}\n{res.stdout}{res.stderr}\n")
     if res.returncode != 0:
-        raise LabError(f"building the pause container failed: {res.stderr.strip()} (full log: {log})")
-    write_archive(tmp / "image.tar", image, {"/pause": File(tmp / "pause", 0o755)}, entrypoint=["/pause"])
-    return _finish(tmp, final) / "image.tar", image
+        raise LabError(f"building {what} failed: {res.stderr.strip()} (full log: {log})")
+    write_archive(tmp / "image.tar", image, {f"/{binary}": File(tmp / binary, 0o755)}, entrypoint=[f"/{binary}"])
+    return tmp
 
 
 def build_probe(log: Path) -> tuple[Path, str]:
@@ -163,17 +169,9 @@ def build_probe(log: Path) -> tuple[Path, str]:
     image = f"{PROBE_IMAGE}:r{NODE_RECIPES['probe']}-{digest}"
     if (final / "image.tar").exists():
         return final / "image.tar", image
-    if shutil.which("gcc") is None:
-        raise LabError("gcc not found: the lab builds its smoke-test image with it ('make lab-deps')")
-    tmp = _empty_dir(final.with_name(final.name + ".tmp"))
-    res = subprocess.run(["gcc", "-Os", "-Wall", "-Werror", "-static", "-o", str(tmp / "devices-probe"), str(PROBE_SOURCE)],
-                         capture_output=True, text=True, check=False)
-    with log.open("a") as fh:
-        fh.write(f"$ gcc ... devices_probe.c\n{res.stdout}{res.stderr}\n")
-    if res.returncode != 0:
-        raise LabError(f"building the smoke-test image failed: {res.stderr.strip()} (full log: {log})")
-    write_archive(tmp / "image.tar", image, {"/devices-probe": File(tmp / "devices-probe", 0o755)}, entrypoint=["/devices-probe"])
-    return _finish(tmp, final) / "image.tar", image
+    built = _static_image(tmp=_empty_dir(final.with_name(final.name + ".tmp")), source=PROBE_SOURCE, binary="devices-probe",
+                          image=image, what="its smoke-test image", log=log)
+    return _finish(built, final) / "image.tar", image
 
 
 def ensure_node_builds(progress: Callable[[str], object] = print) -> NodeBuilds:
