@@ -21,6 +21,7 @@ SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 INITIAL_STATE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 PAUSED = "paused-for-driver-upgrade"
 DONE = "upgrade-done"
+FAILED = "upgrade-failed"
 # The driver's own deploy label (`pre-installed` on a host driver) is not a component to pause.
 NOT_PAUSED = frozenset({DEPLOY_PREFIX + "driver"})
 # The NVIDIA kernel modules, users before what they use: modprobe -r takes them in this order.
@@ -184,9 +185,6 @@ def lost_hosts(removed: list[str], hostvars: Any, started: str, ended: list[str]
         if isinstance(begun, Mapping) and not begun.get("skipped") and not any(e in values for e in ended):
             out[host] = str(values.get("gpuops_cluster_node_name") or host)
     return out
-
-
-FAILED = "upgrade-failed"
 
 
 def _unavailable(node: Mapping[str, Any]) -> str:
