@@ -241,12 +241,18 @@ def c_string(text: str) -> str:
     return "\n".join('"' + "".join(chr(b) if b in safe else f"\\{b:03o}" for b in line) + '"' for line in lines)
 
 
+# NVIDIA's libnvidia-ml.so.<version> names itself libnvidia-ml.so.1: a container runtime mounts the versioned file
+# alone and ldconfig (the CDI spec's update-ldcache hook) makes the link dlopen looks for from this name.
+FAKE_NVML_LINK = ("-Wl,-soname,libnvidia-ml.so.1",)
+
+
 def build_fake_nvml(cache: Path, builtin_conf: str = "") -> Path:
     """Compile the fake NVML once per source version (and compiled-in configuration); return the cached library.
 
     builtin_conf, an nvml.conf's text, is compiled in: what a copy of the library with no nvml.conf beside it
     answers from (a container runtime injects the library file alone)."""
-    digest = hashlib.sha256(FAKE_NVML_SOURCE.read_bytes() + b"\0" + builtin_conf.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(FAKE_NVML_SOURCE.read_bytes() + b"\0" + builtin_conf.encode() + b"\0"
+                            + " ".join(FAKE_NVML_LINK).encode()).hexdigest()[:12]
     lib = cache / f"fake-nvml-{digest}" / "libnvidia-ml.so.1"
     if lib.exists():
         return lib
@@ -260,7 +266,7 @@ def build_fake_nvml(cache: Path, builtin_conf: str = "") -> Path:
         header.write_text(f"static const char builtin_conf[] =\n{c_string(builtin_conf)};\n")
         define = [f'-DFAKE_NVML_BUILTIN_CONF="{header}"']
     res = subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *define, "-o", str(tmp), str(FAKE_NVML_SOURCE), "-ldl"],
+        ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *define, *FAKE_NVML_LINK, "-o", str(tmp), str(FAKE_NVML_SOURCE), "-ldl"],
         capture_output=True, text=True, check=False,
     )
     if res.returncode != 0:

@@ -170,3 +170,10 @@ def test_the_driver_roots_so_1_link_stays_inside_it(tmp_path, cache):
     lib = hw / "driver/usr/lib/x86_64-linux-gnu"
     assert os.readlink(lib / "libnvidia-ml.so.1") == "libnvidia-ml.so.550.54.15"
     assert (lib / "libnvidia-ml.so.1").resolve() == (hw / "nvml/libnvidia-ml.so.1").resolve()
+
+
+def test_the_library_names_itself_as_nvidias_does(cache):
+    # ldconfig makes libnvidia-ml.so.1 from this name in a container given only the versioned file (the CDI spec's
+    # update-ldcache hook); without it NVML is not found there.
+    dynamic = subprocess.run(["readelf", "-d", str(build_fake_nvml(cache))], capture_output=True, text=True, check=True).stdout
+    assert "Library soname: [libnvidia-ml.so.1]" in dynamic
