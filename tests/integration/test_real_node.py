@@ -63,6 +63,13 @@ def running_pods(kubeconfig: Path, app: str) -> list[dict]:
             and all(c.get("ready") for c in p["status"].get("containerStatuses", []))]
 
 
+def cluster_story(kubeconfig: Path) -> str:
+    """What a failed step's message carries: the GPU namespace's pods and its events, newest last."""
+    pods = kubectl(kubeconfig, "get", "pods", "-n", NS, "-o", "wide", check=False).stdout
+    events = kubectl(kubeconfig, "get", "events", "-n", NS, "--sort-by=.lastTimestamp", check=False).stdout
+    return f"\n--- pods in {NS}:\n{pods}\n--- events in {NS}:\n{events[-4000:]}"
+
+
 class JobLogWatch(threading.Thread):
     """The validation role deletes its Jobs within the run: read the smoke test's log on the machine (the kubelet's
     /var/log/pods) while cluster.yml runs."""
@@ -150,7 +157,7 @@ def test_cluster_yml_runs_the_device_plugin_and_gfd_on_the_real_node(real_node):
     watch.done.set()
     watch.join(10)
     print(f"cluster.yml on the real node: {time.monotonic() - t0:.0f}s")
-    assert res.returncode == 0, res.stdout[-6000:]
+    assert res.returncode == 0, res.stdout[-6000:] + cluster_story(kubeconfig)
     assert running_pods(kubeconfig, "nvidia-device-plugin-daemonset"), "no device plugin pod Running on the real node"
     assert running_pods(kubeconfig, "gpu-feature-discovery"), "no GFD pod Running on the real node"
     node = get(kubeconfig, "node", NODE)

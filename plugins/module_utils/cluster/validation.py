@@ -189,6 +189,12 @@ def _claim(resource: str) -> dict[str, Any] | None:
     return {"name": "gpu", "resourceClaimTemplateName": CLAIM_TEMPLATES[kind]}
 
 
+# The Job's own deadline, past the module's wait: at activeDeadlineSeconds the Job controller deletes the pod, and a
+# Job failed with no pod says only "DeadlineExceeded"; the module gives up first and reports the pod's wait (an image
+# it cannot pull, a device it cannot get). The Job is deleted after the wait either way.
+JOB_DEADLINE_MARGIN_S = 60
+
+
 def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict[str, Any]:
     """The smoke-test Job of one Node: pinned to it (cordoned or not), one unit of `resource`, no privileges."""
     pod: dict[str, Any] = {
@@ -220,7 +226,7 @@ def job_manifest(node: str, resource: str, settings: Settings, run: str) -> dict
         # The Job carries the collection's mark, so that an uninstall finds one an interrupted run left behind.
         "metadata": {"name": job_name(node), "namespace": settings.namespace,
                      "labels": {**labels, "app.kubernetes.io/managed-by": "gpuops.nvidia"}},
-        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": max(settings.timeout, 1),
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": settings.timeout + JOB_DEADLINE_MARGIN_S,
                  "template": {"metadata": {"labels": labels}, "spec": pod}},
     }
 

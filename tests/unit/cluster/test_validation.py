@@ -16,6 +16,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.cluster.validation i
     compare_gfd,
     expected_gfd_labels,
     gfd_sharing,
+    job_manifest,
     job_name,
     job_reason,
     pod_reason,
@@ -267,6 +268,14 @@ def test_a_job_that_does_not_finish_is_reported_with_the_pods_wait():
     assert result.nodes["h100"]["job"] == "not finished in 60s: pod p: container smoke-test ImagePullBackOff: Back-off pulling image"
     assert 60 <= result.timings["smoke_test_s"] <= 62
     assert cluster.jobs == {}
+
+
+def test_the_jobs_own_deadline_outlasts_the_wait_so_a_stuck_pod_is_still_there_to_say_why():
+    # At activeDeadlineSeconds the Job controller deletes the pod: were it the module's own timeout, the run would read
+    # the Job failed with no pod ("DeadlineExceeded") instead of the pod's wait (seen on the lab's real node).
+    for timeout in (1, 60, 300):
+        spec = job_manifest("h100", "nvidia.com/gpu", Settings(namespace="ns", timeout=timeout), "r1")["spec"]
+        assert spec["activeDeadlineSeconds"] >= timeout + 30
 
 
 def test_a_job_left_by_an_interrupted_run_is_replaced_and_that_is_a_change():
