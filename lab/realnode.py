@@ -180,10 +180,18 @@ def sysctl_files() -> dict[str, str]:
     return {f"{SYSCTL_DIR}/{name.replace('/', '.')}": value + "\n" for name, value in sorted(KUBELET_SYSCTLS.items())}
 
 
-def prep_script(root: str) -> str:
+def prep_script(root: str, dev_dir: str = "") -> str:
     """What the machine does at each boot before containerd and the kubelet: bind the sysctl files over /proc/sys
     (read-only), make the cgroup hierarchies writable and the kubelet's cgroupRoot in each (its cpuset copied from the
-    parent, which a new v1 cpuset cgroup does not inherit)."""
+    parent, which a new v1 cpuset cgroup does not inherit), and give /dev the GPUs' device nodes from dev_dir (the
+    simulated driver root's dev/), as a node whose driver is loaded has them: the device plugin names /dev/nvidia*
+    to the kubelet (PASS_DEVICE_SPECS) and containerd stats each one. They are bound (a machine may not mknod them)."""
+    devices = "" if not dev_dir else f"""for d in {dev_dir}/nvidia*; do
+  [ -c "$d" ] || continue
+  target=/dev/$(basename "$d")
+  [ -e "$target" ] || {{ touch "$target" && mount --bind "$d" "$target"; }}
+done
+"""
     return f"""#!/bin/sh
 # gpuops lab: prepare this machine for a kubelet (lab/realnode.py). Run by {PREP_UNIT} at boot.
 set -eu
@@ -202,7 +210,7 @@ for h in /sys/fs/cgroup/*; do
     cat "$h/cpuset.mems" > "$h{root}/cpuset.mems"
   fi
 done
-"""
+{devices}"""
 
 
 PREP_UNIT_TEXT = f"""[Unit]
@@ -303,7 +311,7 @@ def driver_root_nvml(root: Path, machine_root: Path, nvml: Path, version: str) -
     link.symlink_to(target.name)
 
 
-def write_node_files(machine: Machine, cluster: Cluster, builds: NodeBuilds, cgroup_v2: bool) -> None:
+def write_node_files(machine: Machine, cluster: Cluster, builds: NodeBuilds, cgroup_v2: bool, dev_dir: str = "") -> None:
     """Everything the node needs written into the machine's root from the host: kubelet, CNI, configs, certificates,
     the prep unit, the image archives."""
     root, node = machine.root, machine.name
@@ -322,7 +330,7 @@ def write_node_files(machine: Machine, cluster: Cluster, builds: NodeBuilds, cgr
     _write(root, "/etc/cni/net.d/10-gpuops-lab.conflist", json.dumps(cni_conflist(POD_CIDR), indent=2) + "\n")
     for path, value in sysctl_files().items():
         _write(root, path, value, 0o444)
-    _write(root, PREP_SCRIPT, prep_script(cgroup_root(node)), 0o755)
+    _write(root, PREP_SCRIPT, prep_script(cgroup_root(node), dev_dir), 0o755)
     _write(root, f"/etc/systemd/system/{PREP_UNIT}", PREP_UNIT_TEXT)
     _write(root, "/etc/systemd/system/kubelet.service", KUBELET_UNIT)
     archives = [builds.pause_archive, builds.device_plugin_archive, builds.probe_archive]
@@ -385,8 +393,8 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
     log.parent.mkdir(parents=True, exist_ok=True)
     remote = _Remote(lab, machine, log)
     profile = load_profile(machine.profile)
-    write_node_files(machine, cluster, builds, host_cgroup_v2())
     driver = profile.get("driver") or {}
+    write_node_files(machine, cluster, builds, host_cgroup_v2(), f"{HW_PATH}/driver/dev" if driver.get("loaded") else "")
     if driver.get("loaded"):
         driver_root_nvml(Path(HW_PATH) / "driver", machine.root, nvml, driver["version"])
     remote("installing containerd and iptables",

@@ -106,9 +106,18 @@ def test_the_sysctls_are_files_the_prep_script_binds_read_only_over_proc_sys():
 
 def test_the_prep_script_runs(tmp_path):
     """The script's shell is right (sh -n), whatever the host."""
-    path = tmp_path / "prep"
-    path.write_text(realnode.prep_script("/x"))
-    assert subprocess.run(["sh", "-n", str(path)], check=False).returncode == 0
+    for dev_dir in ("", "/opt/gpuops-lab/hw/driver/dev"):
+        path = tmp_path / "prep"
+        path.write_text(realnode.prep_script("/x", dev_dir))
+        assert subprocess.run(["sh", "-n", str(path)], check=False).returncode == 0
+
+
+def test_a_loaded_driver_gives_dev_its_device_nodes_as_on_a_node_with_the_driver():
+    # The device plugin names /dev/nvidiactl and /dev/nvidia<N> to the kubelet; containerd stats them on the node.
+    script = realnode.prep_script("/x", "/opt/gpuops-lab/hw/driver/dev")
+    assert "for d in /opt/gpuops-lab/hw/driver/dev/nvidia*; do" in script
+    assert 'mount --bind "$d" "$target"' in script
+    assert "nvidia" not in realnode.prep_script("/x")  # no driver loaded: no device nodes
 
 
 def test_the_kubelet_runs_after_the_prep_unit_and_containerd():
