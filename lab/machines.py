@@ -206,6 +206,30 @@ class Machine:
         return Path(self.directory) / "root"
 
 
+# Every machine's systemd, logind and dbus, and a real node's kubelet and containerd, take inotify instances from one
+# per-user limit of the host's kernel (the machines' root is the host's root). The kernel's default, 128, ran out with
+# make test's lanes and a real node side by side ("Failed to create inotify object: Too many open files", units
+# failed). containerd's shims take one each (k3s-io/k3s#10020, the same cause and raise).
+INOTIFY_INSTANCES = 1024
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def ensure_inotify_instances(limit: Path = INOTIFY_LIMIT, wanted: int = INOTIFY_INSTANCES) -> bool:
+    """Raise the host's inotify instance limit to `wanted` where it is lower (never lower it); True if raised."""
+    try:
+        have = int(limit.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if have >= wanted:
+        return False
+    try:
+        limit.write_text(f"{wanted}\n")
+    except OSError as exc:
+        raise LabError(f"the host's fs.inotify.max_user_instances is {have}: lab machines need {wanted} "
+                       f"(sysctl -w fs.inotify.max_user_instances={wanted} as root): {exc}") from exc
+    return True
+
+
 class Lab:
     """The lab's state directory: its machines, its SSH key and the state file."""
 
@@ -470,6 +494,7 @@ class Lab:
         for m in new.values():
             if "compiler_cache" in m.extra:
                 Path(m.extra["compiler_cache"]).mkdir(parents=True, exist_ok=True)
+        ensure_inotify_instances()
         try:
             with ThreadPoolExecutor(max_workers=len(new)) as pool:
                 list(pool.map(lambda m: self.prepare_root(m, images[m.distro], nvml), new.values()))

@@ -13,6 +13,7 @@ from lab.machines import (
     assign_ports,
     check_specs,
     compiler_cache_dir,
+    ensure_inotify_instances,
     nspawn_command,
     parse_machine_spec,
     port_in_use,
@@ -236,3 +237,27 @@ def test_the_machine_layer_does_not_load_the_ci_timing(module):
                          capture_output=True, text=True).stdout.split()
     assert module in out
     assert not {"lab.lanes", "lab.timing"} & set(out), out
+
+
+def test_the_inotify_instance_limit_is_raised_never_lowered(tmp_path):
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    assert ensure_inotify_instances(limit, 1024) is True
+    assert limit.read_text() == "1024\n"
+    assert ensure_inotify_instances(limit, 1024) is False
+    limit.write_text("8192\n")
+    assert ensure_inotify_instances(limit, 1024) is False
+    assert limit.read_text() == "8192\n"
+    assert ensure_inotify_instances(tmp_path / "absent", 1024) is False
+
+
+def test_a_limit_that_cannot_be_raised_is_one_line_naming_the_sysctl(tmp_path, monkeypatch):
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(limit), "write_text", refused)
+    with pytest.raises(LabError, match="fs.inotify.max_user_instances is 128: lab machines need 1024"):
+        ensure_inotify_instances(limit, 1024)
