@@ -171,8 +171,9 @@ lab-test: venv lab-deps ## lab tests: boot machines, check them over SSH, tear d
 
 # The real-node lane (issue 61, docs/lab.md "A real node"): a machine running a real kubelet joined to the lab cluster,
 # set up by the collection's playbooks. Its settings are checked first: a port in use or a missing tool is one line.
+# make test runs it in lab-test's lane, after lab-test (about 3 minutes alone).
 REAL_NODE_BASE_PORT ?= 2361
-REAL_NODE_REPO_PORT ?= 8471
+REAL_NODE_REPO_PORT ?= 8473
 lab-test-real-node: venv lab-deps collection ## the real-node lane: a real kubelet in a lab machine, the device plugin and GFD on it
 	$(LAB) real-node-check --base-port $(REAL_NODE_BASE_PORT) --repo-port $(REAL_NODE_REPO_PORT)
 	GPUOPS_REAL_NODE_BASE_PORT=$(REAL_NODE_BASE_PORT) GPUOPS_REAL_NODE_REPO_PORT=$(REAL_NODE_REPO_PORT) \
@@ -228,7 +229,7 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
-	  $(LANE) --name lab-test --weight $(LAB_TEST_WEIGHT) -- $(MAKE) --no-print-directory lab-test > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
+	  $(LANE) --name lab-test --weight $(LAB_TEST_WEIGHT) -- $(MAKE) --no-print-directory lab-test lab-test-real-node > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
 	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(LANE) --name "$(FIRST_INSTALL)" --weight $(FIRST_INSTALL_WEIGHT) -- \
 	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
 	  $(LANE) --name "$(SIDE_SCENARIOS)" --weight $(SIDE_WEIGHT) -- \

@@ -37,7 +37,7 @@ NODE = "rn-h100"
 PROFILE = "hgx-h100"
 NS = "gpu-operator"
 BASE_PORT = int(os.environ.get("GPUOPS_REAL_NODE_BASE_PORT", "2361"))
-REPO_PORT = int(os.environ.get("GPUOPS_REAL_NODE_REPO_PORT", "8471"))
+REPO_PORT = int(os.environ.get("GPUOPS_REAL_NODE_REPO_PORT", "8473"))
 GPUS = len(load_profile(PROFILE)["gpus"]["bus_ids"])
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from lab.images import ensure_images
 from tests.integration.test_lab_machines import REPO
 
 BIN = Path(sys.executable).parent
-# Apart from `lab repo up`'s default (8461) and the bench's (8471, kept up by `make bench --keep`), so that neither, running,
+# Apart from `lab repo up`'s default (8461) and the bench's (8471, kept up by `make bench --keep`; the real-node lane's is 8473), so that none, running,
 # matters.
 PORT = 8472
 
