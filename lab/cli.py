@@ -62,6 +62,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     check_specs(specs)
     if len(real) > 1:
         raise LabError("one --real-node at a time: they would share the host's pod bridge and port 10250")
+    if args.real_node_containerd and not real:
+        raise LabError("--real-node-containerd: only with --real-node")
+    realnode.containerd_install(args.real_node_containerd)  # a bad series is refused before anything starts
     _require_root()
     _require_tools()
     lab = _lab(args)
@@ -82,7 +85,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     for spec in real:
         machine = machines[spec.name]
         try:
-            realnode.join(lab, machine, cluster, builds, nvml)  # type: ignore[arg-type]  # both set with real
+            realnode.join(lab, machine, cluster, builds, nvml,  # type: ignore[arg-type]  # both set with real
+                          containerd=args.real_node_containerd)
         except BaseException:
             # Nothing half-joined is left running; what the machine's units said stays in the join's log.
             realnode.save_journal(lab, machine)
@@ -332,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also boot an Ubuntu 24.04 machine with that hardware profile (default hgx-h100) that runs a real "
                     "kubelet and containerd, and join it to the running lab cluster of this state directory as a Node "
                     "(lab/realnode.py; one at a time). Without --machine, only that machine boots")
+    up.add_argument("--real-node-containerd", default="", metavar="SERIES",
+                    help="the real node's containerd: the newest of a release series its archive has (1.7: Ubuntu 24.04's "
+                    "release pocket), instead of the archive's newest (2.2 from its updates)")
     up.add_argument("--base-port", type=int, default=int(os.environ.get("GPUOPS_LAB_BASE_PORT", DEFAULT_BASE_PORT)))
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for each machine to boot")
     up.add_argument("--inventory", default=str(DEFAULT_INVENTORY), help="inventory file to write ('' for none)")

@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import ipaddress
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -373,8 +374,24 @@ def _bridge_up(bridge: str = BRIDGE) -> None:
     Path(f"/proc/sys/net/ipv4/conf/{bridge}/route_localnet").write_text("1\n")
 
 
-def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml: Path, progress=print, timeout: float = 240) -> None:
-    """Make the booted machine a Node of the running lab cluster."""
+def containerd_install(series: str = "") -> str:
+    """The shell that installs containerd from the machine's archive: the newest it has, or the newest of a series
+    ("1.7": Ubuntu 24.04's release pocket has 1.7.12, its updates 2.2), with iptables. A series the archive lacks is
+    one line naming what it has."""
+    if not series:
+        return "apt-get install -y -q --no-install-recommends containerd iptables"
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", series):
+        raise LabError(f"--real-node-containerd {series!r}: a release series such as 1.7, or nothing for the archive's newest")
+    pattern = series.replace(".", "\\.")
+    return (f"v=$(apt-cache madison containerd | awk '$3 ~ /^{pattern}\\./ && !v {{v = $3}} END {{print v}}'); "
+            f"[ -n \"$v\" ] || {{ echo \"the archive has no containerd {series}: $(apt-cache madison containerd | awk '{{print $3}}' "
+            f"| tr '\\n' ' ')\" >&2; exit 1; }}; "
+            "apt-get install -y -q --no-install-recommends \"containerd=$v\" iptables")
+
+
+def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml: Path, progress=print, timeout: float = 240,
+         containerd: str = "") -> None:
+    """Make the booted machine a Node of the running lab cluster (containerd: a release series, or the newest)."""
     from .sim.hardware import HW_PATH, load_profile
 
     t0 = time.monotonic()
@@ -397,8 +414,8 @@ def join(lab: Lab, machine: Machine, cluster: Cluster, builds: NodeBuilds, nvml:
     write_node_files(machine, cluster, builds, host_cgroup_v2(), f"{HW_PATH}/driver/dev" if driver.get("loaded") else "")
     if driver.get("loaded"):
         driver_root_nvml(Path(HW_PATH) / "driver", machine.root, nvml, driver["version"])
-    remote("installing containerd and iptables",
-           "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends containerd iptables")
+    remote(f"installing containerd {containerd or '(the newest)'} and iptables",
+           f"export DEBIAN_FRONTEND=noninteractive; apt-get update -q && {containerd_install(containerd)}")
     _write(machine.root, "/etc/containerd/config.toml", containerd_config(builds.pause_image))
     remote("starting containerd and importing the images",
            f"systemctl daemon-reload && {{ systemctl enable -q --now {PREP_UNIT} || {_journal(PREP_UNIT)}; }} && "

@@ -259,5 +259,5 @@ def test_a_limit_that_cannot_be_raised_is_one_line_naming_the_sysctl(tmp_path, m
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(type(limit), "write_text", refused)
-    with pytest.raises(LabError, match="fs.inotify.max_user_instances is 128: lab machines need 1024"):
+    with pytest.raises(LabError, match=r"fs\.inotify\.max_user_instances is 128: lab machines need 1024"):
         ensure_inotify_instances(limit, 1024)

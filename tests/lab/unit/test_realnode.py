@@ -221,3 +221,30 @@ def test_bad_real_node_settings_are_one_line_and_start_nothing(tmp_path, capsys,
     assert err.startswith("lab: error: ") and err.count("\n") == 1, err
     assert message in err
     assert not (tmp_path / "machines").exists()
+
+
+def test_containerd_is_the_archives_newest_or_the_newest_of_a_series(tmp_path):
+    assert realnode.containerd_install() == "apt-get install -y -q --no-install-recommends containerd iptables"
+    # Run against an apt that has 2.2 and 1.7 (noble's updates and release pockets).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-cache").write_text("#!/bin/sh\necho ' containerd | 2.2.1-0ubuntu1~24.04.4 | http://a noble-updates/main'\n"
+                                       "echo ' containerd | 1.7.12-0ubuntu4 | http://a noble/main'\n")
+    (bin_dir / "apt-get").write_text('#!/bin/sh\necho "$@"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+    def run(series: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", realnode.containerd_install(series)], env=env,
+                              capture_output=True, text=True, check=False)
+
+    assert run("1.7").stdout.split()[-2:] == ["containerd=1.7.12-0ubuntu4", "iptables"]
+    missing = run("1.6")
+    assert missing.returncode == 1 and "the archive has no containerd 1.6: 2.2.1-0ubuntu1~24.04.4 1.7.12-0ubuntu4" in missing.stderr
+
+
+@pytest.mark.parametrize("series", ["1", "1.7.12", "latest", "1.7; rm -rf /"])
+def test_a_containerd_series_that_is_not_one_is_refused(series):
+    with pytest.raises(LabError, match=r"a release series such as 1\.7"):
+        realnode.containerd_install(series)
