@@ -50,6 +50,14 @@ def test_the_claimed_ansible_core_is_the_one_tested():
     assert claimed == f">={pins[0]}"
 
 
+def test_every_role_claims_the_collections_ansible_core_floor():
+    """Galaxy shows a role's min_ansible_version: it is the collection's floor, not an older one nothing tests."""
+    floor = yaml.safe_load((REPO / "meta/runtime.yml").read_text())["requires_ansible"].removeprefix(">=")
+    claims = {meta.parent.parent.name: (yaml.safe_load(meta.read_text()).get("galaxy_info") or {}).get("min_ansible_version")
+              for meta in sorted((REPO / "roles").glob("*/meta/main.yml"))}
+    assert claims and {role: v for role, v in claims.items() if v != floor} == {}
+
+
 @pytest.mark.parametrize("name", PLAYBOOKS)
 def test_every_playbook_parses(name, localhost):
     res = subprocess.run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", str(localhost), str(REPO / "playbooks" / name)],
