@@ -186,7 +186,7 @@ def prep_script(root: str, dev_dir: str = "") -> str:
     (read-only), make the cgroup hierarchies writable and the kubelet's cgroupRoot in each (its cpuset copied from the
     parent, which a new v1 cpuset cgroup does not inherit), and give /dev the GPUs' device nodes from dev_dir (the
     simulated driver root's dev/), as a node whose driver is loaded has them: the device plugin names /dev/nvidia*
-    to the kubelet (PASS_DEVICE_SPECS) and containerd stats each one. They are bound (a machine may not mknod them)."""
+    to the kubelet (PASS_DEVICE_SPECS) and containerd stats each one. They are bound from there, the same nodes (mknod was not tried in a machine)."""
     devices = "" if not dev_dir else f"""for d in {dev_dir}/nvidia*; do
   [ -c "$d" ] || continue
   target=/dev/$(basename "$d")
