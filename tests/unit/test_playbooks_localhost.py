@@ -5,11 +5,15 @@ nothing to do, where a template that gives None gave the string "None" before an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +35,73 @@ def playbook(inventory: Path, name: str, *extra: str, check_mode: bool = True,
     argv = [ANSIBLE_PLAYBOOK, *(["--check"] if check_mode else []), "-i", str(inventory), str(REPO / "playbooks" / name)]
     for value in extra:
         argv += ["-e", value]
-    return subprocess.run(argv, capture_output=True, text=True, env={**env(), **(extra_env or {})}, timeout=300, check=False)
+    return run(argv, extra_env)
+
+
+# A run here takes seconds. ansible-core 2.19's results thread can die on a KeyError for a task result it no longer
+# holds (a race under load: ansible/ansible#85879 and #86027; CI saw it once on 2.19.1, in uninstall.yml's third play),
+# and the run then waits without end. Such a run is stopped as soon as that traceback shows and started once more; a
+# second one, or a run past RUN_TIMEOUT_S for any reason, fails the test with what it printed.
+RUN_TIMEOUT_S = 240
+RESULTS_THREAD_DIED = b"(results_thread_main):"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """The run's whole process group (its own session, started here), by its leader's PID."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _attempt(argv: list[str], extra_env: dict[str, str] | None) -> tuple[subprocess.CompletedProcess[str], str]:
+    """One run: its result and why it was stopped ('' where it ended by itself)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env={**env(), **(extra_env or {})}, start_new_session=True)
+        deadline, why = time.monotonic() + RUN_TIMEOUT_S, ""
+        while proc.poll() is None:
+            err.seek(0)
+            if RESULTS_THREAD_DIED in err.read():
+                why = "ansible-core's results thread died"
+            elif time.monotonic() > deadline:
+                why = f"it did not end in {RUN_TIMEOUT_S} s"
+            if why:
+                _stop(proc)
+                break
+            time.sleep(0.2)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace")), why
+
+
+def run(argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook as given; a run whose results thread died once is started again (above)."""
+    res, why = _attempt(argv, extra_env)
+    if why.startswith("ansible-core's"):
+        res, why = _attempt(argv, extra_env)
+    if why:
+        pytest.fail(f"{' '.join(argv[1:])}: stopped, {why}\n--- stdout (end) ---\n{res.stdout[-3000:]}\n"
+                    f"--- stderr ---\n{res.stderr[-6000:]}")
+    return res
+
+
+def test_a_run_whose_results_thread_died_is_stopped_and_started_once_more(tmp_path):
+    """The hang's traceback stops the run at once; the second start's result is the one kept, a second hang fails."""
+    script = tmp_path / "hangs-once"
+    script.write_text(f"""#!/bin/sh
+if [ -e {tmp_path}/ran ]; then echo second; exit 0; fi
+touch {tmp_path}/ran
+echo 'Exception in thread Thread-3 (results_thread_main):' >&2
+exec sleep 600
+""")
+    script.chmod(0o755)
+    started = time.monotonic()
+    res = run([str(script)])
+    assert (res.returncode, res.stdout, time.monotonic() - started < 60) == (0, "second\n", True)
+    (tmp_path / "ran").unlink()
+    script.write_text(script.read_text().replace("if [ -e", "if false && [ -e"))
+    with pytest.raises(pytest.fail.Exception, match="results thread died"):
+        run([str(script)])
 
 
 @pytest.fixture
@@ -60,8 +130,7 @@ def test_every_role_claims_the_collections_ansible_core_floor():
 
 @pytest.mark.parametrize("name", PLAYBOOKS)
 def test_every_playbook_parses(name, localhost):
-    res = subprocess.run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", str(localhost), str(REPO / "playbooks" / name)],
-                         capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", str(localhost), str(REPO / "playbooks" / name)])
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
@@ -184,11 +253,11 @@ def test_an_uninstall_limited_to_hosts_without_localhost_stops_before_anything(t
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
     argv = [ANSIBLE_PLAYBOOK, "--check", "-i", str(inventory), str(REPO / "playbooks/uninstall.yml"), "--limit", "node-a"]
-    res = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = run(argv)
     said = " ".join(res.stdout.split())
     assert res.returncode != 0
     assert "--limit node-a leaves out localhost" in said and "--limit 'node-a,localhost'" in said, res.stdout[-3000:]
     assert "gpuops_uninstall_cluster: false" in said and "PLAY [Remove" not in said, res.stdout[-3000:]
     argv += ["-e", "gpuops_uninstall_cluster=false", "-e", "gpuops_uninstall_hosts=false"]
-    res = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=300, check=False)
+    res = run(argv)
     assert res.returncode == 0, res.stdout[-3000:]
