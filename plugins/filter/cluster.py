@@ -98,6 +98,12 @@ def driver_wait(image: str) -> dict:
     return driver_container.wait_parts(str(image))
 
 
+def host_driver_root(nodes: Any, setting: Any) -> str:
+    """The device plugin's host driver root (gpuops_device_plugin_driver_root, else the GPU hosts' toolkit root)."""
+    return driver_container.host_driver_root(nodes if isinstance(nodes, dict) else {}, str(setting or ""),
+                                             "gpuops_device_plugin_driver_root", "the device plugin")[0]
+
+
 def dra_errors(nodes: dict, gates: Any, root: str) -> list:
     """What the DRA role refuses in its own settings: unknown or clashing feature gates, several driver roots."""
     return cluster_dra.check_feature_gates(gates) + cluster_dra.driver_root(nodes, str(root or ""))[1]
@@ -386,6 +392,7 @@ class FilterModule:
             "driver_container_leftovers": driver_container_leftovers,
             "driver_container_nodes": driver_container_nodes,
             "driver_wait": driver_wait,
+            "host_driver_root": host_driver_root,
             "dra_errors": dra_errors,
             "dra_driver_root": dra_driver_root,
             "dra_feature_gates_env": dra_feature_gates_env,

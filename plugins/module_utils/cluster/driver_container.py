@@ -146,6 +146,27 @@ def driver_container_nodes(nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return [name for name in containerized(nodes) if not host_driver(nodes[name])]
 
 
+TOOLKIT_DRIVER_ROOT = "gpuops_container_toolkit_driver_root"
+
+
+def host_driver_root(nodes: Mapping[str, Mapping[str, Any]], setting: str, variable: str, component: str) -> tuple[str, list[str]]:
+    """The root of the host driver for a cluster component that takes one (`component`, its setting `variable`): the one
+    set, else the one the GPU nodes' hosts give their toolkit (gpuops_container_toolkit_driver_root, from which their
+    CDI spec is made; unset is /), nodes the driver container serves left out; and the error where those differ."""
+    if setting:
+        return setting, []
+    served = set(driver_container_nodes(nodes))
+    roots: dict[str, list[str]] = {}
+    for name, row in nodes.items():
+        if _gpus(row) and name not in served:
+            roots.setdefault(str(row.get(TOOLKIT_DRIVER_ROOT) or "/"), []).append(name)
+    if len(roots) <= 1:
+        return next(iter(roots), "/"), []
+    found = "; ".join(f"{root} on {', '.join(sorted(names)[:5])}" for root, names in sorted(roots.items()))
+    return "/", [f"{variable}: the GPU nodes' hosts put their driver at different roots ({TOOLKIT_DRIVER_ROOT}: {found}), and "
+                 f"{component} has one; accepted: the same {TOOLKIT_DRIVER_ROOT} on every GPU host, or {variable} set"]
+
+
 def _gpus(row: Mapping[str, Any]) -> int:
     return int(((row.get("info") or {}).get("summary") or {}).get("gpu_count") or 0)
 

@@ -93,6 +93,14 @@ def dra_driver_root(nodes: Mapping[str, Mapping[str, Any]], root: Any) -> list[s
     return cluster_dra.driver_root(nodes, str(root or ""))[1]
 
 
+def device_plugin_driver_root(nodes: Mapping[str, Mapping[str, Any]], root: Any) -> list[str]:
+    """device_plugin: one host driver root for its DaemonSet (set as an absolute path, or the same on every GPU host)."""
+    if root and not _ABSOLUTE_PATH.match(str(root)):
+        return [f"gpuops_device_plugin_driver_root: {text(root)} is not an absolute path (the host driver's root, such as / "
+                "or /opt/nvidia/driver); empty: the GPU hosts' gpuops_container_toolkit_driver_root"]
+    return cluster_driver_container.host_driver_root(nodes, str(root or ""), "gpuops_device_plugin_driver_root", "the device plugin")[1]
+
+
 def driver_container(nodes: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> list[str]:
     """driver_container: its settings, and the pools the GPU nodes set for it make."""
     return list(cluster_driver_container.plan(nodes, settings)["errors"])
@@ -127,6 +135,7 @@ def nri(nri: Any, cdi: Any) -> list[str]:
 RULES: dict[str, Callable[..., list[str]]] = {
     "gpu_hosts": gpu_hosts, "kubelet_root": kubelet_root, "kube_context": kube_context, "dcgm_metrics": dcgm_metrics,
     "device_plugin_configs": device_plugin_configs, "device_plugin_with_dra": device_plugin_with_dra, "dra_ports": dra_ports,
-    "dra_feature_gates": dra_feature_gates, "dra_driver_root": dra_driver_root, "driver_container": driver_container,
+    "dra_feature_gates": dra_feature_gates, "dra_driver_root": dra_driver_root, "device_plugin_driver_root": device_plugin_driver_root,
+    "driver_container": driver_container,
     "mig_configs": mig_configs, "validation_smoke": validation_smoke, "nri": nri,
 }

@@ -191,9 +191,9 @@ def test_the_startup_probe_writes_the_marker_only_once_the_driver_answers(tmp_pa
     assert not ready.with_name(".driver-ctr-ready.tmp").exists()
 
 
-def _driver_root(host: Path, *command: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+def _driver_root(host: Path, *command: str, timeout: float = 20, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", str(FILES / "driver-root.sh"), *command], capture_output=True, text=True, check=False,
-                          timeout=timeout, env={"PATH": os.environ["PATH"], "HOST_ROOT": str(host), "GPUOPS_WAIT_SECONDS": "0.2"})
+                          timeout=timeout, env={"PATH": os.environ["PATH"], "HOST_ROOT": str(host), "GPUOPS_WAIT_SECONDS": "0.2", **env})
 
 
 def _host_driver(host: Path) -> None:
@@ -239,3 +239,19 @@ def test_driver_root_tells_the_mig_manager_where_devices_are_and_whether_host_cl
     ctl.parent.mkdir(parents=True)
     ctl.write_text("")
     assert _driver_root(host, *show).stdout.splitlines()[-1] == f"false|/run/nvidia/driver|{host}/run/nvidia/driver"
+
+
+def test_driver_root_finds_a_host_driver_at_the_root_it_is_given(tmp_path):
+    # The device plugin passes HOST_DRIVER_ROOT where the hosts' driver is not at / (gpuops_device_plugin_driver_root).
+    host = tmp_path / "host"
+    show = ("sh", "-c", 'echo "$NVIDIA_DRIVER_ROOT|$DRIVER_ROOT_CTR_PATH|$WITH_SHUTDOWN_HOST_GPU_CLIENTS|$NVIDIA_DEV_ROOT"')
+    _host_driver(host / "opt/nvidia/driver")
+    with pytest.raises(subprocess.TimeoutExpired):
+        _driver_root(host, *show, timeout=1.5)  # no driver at /: it waits
+    res = _driver_root(host, *show, HOST_DRIVER_ROOT="/opt/nvidia/driver")
+    assert res.stdout.splitlines()[-1] == f"/opt/nvidia/driver|{host}/opt/nvidia/driver|true|/"
+    ctl = host / "opt/nvidia/driver/dev/nvidiactl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text("")
+    res = _driver_root(host, *show, HOST_DRIVER_ROOT="/opt/nvidia/driver")
+    assert res.stdout.splitlines()[-1] == f"/opt/nvidia/driver|{host}/opt/nvidia/driver|true|/opt/nvidia/driver"

@@ -122,3 +122,22 @@ def test_nri_mode_with_cdi_off_is_refused_naming_both_variables():
     assert inputs.nri(False, "false") == []
     declaration = yaml.safe_load((ROOT / "roles/cluster_common/meta/inputs.yml").read_text())
     assert {"rule": "cluster.nri", "args": {"nri": "gpuops_cluster_nri", "cdi": "gpuops_device_plugin_cdi"}} in declaration["rules"]
+
+
+@pytest.mark.parametrize(("hosts_root", "setting", "expected"), [
+    ("", "", {"NVIDIA_DRIVER_ROOT": "/"}),
+    # The hosts' toolkit root, which their CDI spec is made from (the lab's simulated driver, a custom install).
+    ("/opt/nvidia/driver/", "", {"NVIDIA_DRIVER_ROOT": "/opt/nvidia/driver/", "DRIVER_ROOT_CTR_PATH": "/driver-root/opt/nvidia/driver"}),
+    ("/opt/nvidia/driver", "/", {"NVIDIA_DRIVER_ROOT": "/"}),
+])
+def test_the_device_plugin_makes_its_cdi_devices_from_the_hosts_driver_root(hosts_root, setting, expected):
+    # With CDI on (NRI mode) the plugin generates CDI devices from NVIDIA_DRIVER_ROOT, looking for the driver's
+    # libraries under the host's / at /driver-root: a root other than / found nothing before (issue 63, the real node).
+    nodes = {"n1": {**NODE, "gpuops_container_toolkit_driver_root": hosts_root}}
+    plugin = daemonsets(render("device_plugin", gpuops_cluster_nri=True, gpuops_device_plugin_driver_root=setting,
+                               __gpuops_cluster_common_nodes=nodes))["nvidia-device-plugin-daemonset"]
+    env = _env(plugin, "nvidia-device-plugin")
+    assert {k: env[k] for k in ("NVIDIA_DRIVER_ROOT", "DRIVER_ROOT_CTR_PATH", "HOST_DRIVER_ROOT") if k in env} == expected
+    mounts = {m["name"]: m["mountPath"] for c in plugin["spec"]["containers"] for m in c["volumeMounts"]}
+    assert mounts["host-root"] == "/driver-root"
+    assert {"name": "host-root", "hostPath": {"path": "/"}} in plugin["spec"]["volumes"]

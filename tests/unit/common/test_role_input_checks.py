@@ -153,6 +153,17 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
                                                    "gpuops_device_plugin_configs": {"ts-2": sharing(2), "ts-1b": sharing(2)}},
      ["gpuops_device_plugin_configs: ['ts-2', 'ts-1b'] are the device plugin's sharing configs, which nothing reads with "
       "gpuops_gpu_scheduling: dra; accepted: {} (no configs) with DRA"]),
+    ("device plugin's driver root from the hosts", "device_plugin", {"__nodes": "driver_roots"},
+     ["gpuops_device_plugin_driver_root: the GPU nodes' hosts put their driver at different roots "
+      "(gpuops_container_toolkit_driver_root: / on l40s; /opt/nvidia/driver on a100), and the device plugin has one; accepted: "
+      "the same gpuops_container_toolkit_driver_root on every GPU host, or gpuops_device_plugin_driver_root set"]),
+    ("device plugin's driver root set", "device_plugin", {"__nodes": "driver_roots", "gpuops_device_plugin_driver_root": "/opt/nvidia/driver"},
+     []),
+    # A node the driver container serves has its root found on the node: only the host drivers' roots count.
+    ("device plugin beside the driver container", "device_plugin", {"__nodes": "mixed_driver"}, []),
+    ("device plugin's driver root not a path", "device_plugin", {"__nodes": "two", "gpuops_device_plugin_driver_root": "opt/nvidia"},
+     ["gpuops_device_plugin_driver_root: opt/nvidia is not an absolute path (the host driver's root, such as / or /opt/nvidia/driver); "
+      "empty: the GPU hosts' gpuops_container_toolkit_driver_root"]),
     # dra
     ("without DRA", "dra", {"gpuops_dra_image": "x:y", "gpuops_dra_healthcheck_port": 0}, []),
     ("DRA image and ports", "dra", {
@@ -251,7 +262,7 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["gpuops_validation_smoke_test was replaced by gpuops_validation_smoke: set it to always, never or changed (the default)"]),
 ]
 
-KEYS = {"gpuops_container_toolkit_runtime_handler": "", "gpuops_container_toolkit_cdi": None, "gpuops_node_container_toolkit": True,
+KEYS = {"gpuops_container_toolkit_runtime_handler": "", "gpuops_container_toolkit_driver_root": "", "gpuops_container_toolkit_cdi": None, "gpuops_node_container_toolkit": True,
         "gpuops_device_plugin_config": "", "gpuops_mig_manager_config": "", "gpuops_node_changed": False}
 NODE_SETS: dict[str, dict[str, tuple[str, dict]]] = {
     "two": {"a100": ("a100-pcie-mig", {}), "l40s": ("l40s", {})},
@@ -259,6 +270,7 @@ NODE_SETS: dict[str, dict[str, tuple[str, dict]]] = {
                  "l40s": ("l40s", {"gpuops_container_toolkit_runtime_handler": "nvidia-cdi"})},
     "choice": {"a100": ("a100-pcie-mig", {}), "l40s": ("l40s", {"gpuops_device_plugin_config": "no-such-config"})},
     "mixed_driver": {"a100": ("a100-pcie-mig", {"gpuops_driver_method": "containerized"}), "l40s": ("l40s", {})},
+    "driver_roots": {"a100": ("a100-pcie-mig", {"gpuops_container_toolkit_driver_root": "/opt/nvidia/driver"}), "l40s": ("l40s", {})},
     "mig_choice": {"a100": ("a100-pcie-mig", {"gpuops_mig_manager_config": "no-such-layout"}), "l40s": ("l40s", {})},
 }
 
@@ -414,7 +426,7 @@ def test_a_wrong_declaration_is_named():
     assert problems == [
         "unknown key 'whenn' (known: kinds, rules, when)", "kinds: v: unknown kind 'imgae_tag'", "kinds: w: no kind",
         "rules: 'cluster.no_such': no rule 'no_such' in module_utils/cluster/inputs.py (known: dcgm_metrics, device_plugin_configs, "
-        "device_plugin_with_dra, dra_driver_root, dra_feature_gates, dra_ports, driver_container, gpu_hosts, kube_context, "
+        "device_plugin_driver_root, device_plugin_with_dra, dra_driver_root, dra_feature_gates, dra_ports, driver_container, gpu_hosts, kube_context, "
         "kubelet_root, mig_configs, nri, validation_smoke)",
         "rules: cluster.dra_ports: takes no argument 'port'", "rules: cluster.dra_ports: argument 'healthcheck_port' not given",
         "rules: cluster.dra_ports: argument 'compute_domains_port' not given"]
