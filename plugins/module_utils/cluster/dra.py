@@ -78,13 +78,14 @@ def check_api(apis: Mapping[str, Any] | list, version: str) -> list[str]:
 
 def driver_root(nodes: Mapping[str, Mapping[str, Any]], setting: str) -> tuple[str, list[str]]:
     """The plugin's driver root: the one set, else /run/nvidia/driver where the driver container serves every GPU node,
-    else /; and the error where it serves some only (one DaemonSet, one root)."""
+    else the hosts' (their toolkit's root, / unless set); and the error where it serves some only, or the hosts' roots
+    differ (one DaemonSet, one root)."""
     if setting:
         return setting, []
     gpu_nodes = sorted(n for n, row in nodes.items() if gpu_count(row["info"]))
     served = set(driver_container.driver_container_nodes(nodes))
     if not served:
-        return "/", []
+        return driver_container.host_driver_root(nodes, "", "gpuops_dra_driver_root", "the DRA driver's plugin")
     if served.issuperset(gpu_nodes):
         return "/run/nvidia/driver", []
     hosts = [n for n in gpu_nodes if n not in served]

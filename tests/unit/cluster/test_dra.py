@@ -65,6 +65,11 @@ def test_the_driver_root_follows_the_driver_container_and_one_root_is_needed():
     _root, errors = dra.driver_root({"a": served, "b": host}, "")
     assert errors and "the driver container serves a and the host's own driver b" in errors[0]
     assert dra.driver_root({"a": served, "b": host}, "/opt/driver") == ("/opt/driver", [])
+    # Host drivers at the root their toolkit names (gpuops_container_toolkit_driver_root), one for every GPU host.
+    elsewhere = {**host, "gpuops_container_toolkit_driver_root": "/opt/driver"}
+    assert dra.driver_root({"a": elsewhere, "b": elsewhere, "cpu": row(gpus=0)}, "") == ("/opt/driver", [])
+    _root, errors = dra.driver_root({"a": elsewhere, "b": host}, "")
+    assert errors and "(gpuops_container_toolkit_driver_root: / on b; /opt/driver on a)" in errors[0]
 
 
 def test_validation_counts_the_devices_the_plugin_publishes_as_the_facts_expect(info_of):

@@ -183,6 +183,10 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["gpuops_dra_driver_root: the driver container serves a100 and the host's own driver l40s, and the DRA driver's plugin has one "
       "root; accepted: the same driver method on every GPU node, or gpuops_dra_driver_root set"]),
     ("DRA driver root set", "dra", {"gpuops_gpu_scheduling": "dra", "__nodes": "mixed_driver", "gpuops_dra_driver_root": "/"}, []),
+    ("DRA driver root from the hosts", "dra", {"gpuops_gpu_scheduling": "dra", "__nodes": "driver_roots"},
+     ["gpuops_dra_driver_root: the GPU nodes' hosts put their driver at different roots "
+      "(gpuops_container_toolkit_driver_root: / on l40s; /opt/nvidia/driver on a100), and the DRA driver's plugin has one; "
+      "accepted: the same gpuops_container_toolkit_driver_root on every GPU host, or gpuops_dra_driver_root set"]),
     # driver_container
     ("driver container images", "driver_container", {
         "gpuops_driver_container_image": "nvcr.io/nvidia/driver:595", "gpuops_driver_container_manager_image": "a b",
