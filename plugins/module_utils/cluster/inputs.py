@@ -132,10 +132,32 @@ def nri(nri: Any, cdi: Any) -> list[str]:
     return []
 
 
+def nri_hosts(nri: Any, nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """cluster_prereqs: the cluster side's NRI mode agrees with the GPU hosts that set their toolkit's mode (those that
+    leave it to a play's vars are not known here). NRI hosts have no nvidia runtime for a RuntimeClass to name; other
+    hosts have no NRI plugin to act on the operands' annotations."""
+    modes: dict[str, list[str]] = {}
+    for name, row in nodes.items():
+        mode = str(row.get("gpuops_container_toolkit_mode") or "")
+        if mode:
+            modes.setdefault(mode, []).append(name)
+    if nri is True:
+        other = sorted(f"{n} ({mode})" for mode, names in modes.items() if mode != "nri" for n in names)
+        if other:
+            return [f"gpuops_cluster_nri: true, and GPU hosts set another gpuops_container_toolkit_mode: {', '.join(other[:5])}; "
+                    "there no NRI plugin gives the operands their devices; accepted: gpuops_container_toolkit_mode: nri on every "
+                    "GPU host, or gpuops_cluster_nri: false"]
+    elif modes.get("nri"):
+        return [f"gpuops_cluster_nri: {text(nri).lower()}, and GPU hosts run NRI mode (gpuops_container_toolkit_mode: nri): "
+                f"{', '.join(sorted(modes['nri'])[:5])}; they have no nvidia runtime for the RuntimeClass the cluster roles use; "
+                "accepted: gpuops_cluster_nri: true"]
+    return []
+
+
 RULES: dict[str, Callable[..., list[str]]] = {
     "gpu_hosts": gpu_hosts, "kubelet_root": kubelet_root, "kube_context": kube_context, "dcgm_metrics": dcgm_metrics,
     "device_plugin_configs": device_plugin_configs, "device_plugin_with_dra": device_plugin_with_dra, "dra_ports": dra_ports,
     "dra_feature_gates": dra_feature_gates, "dra_driver_root": dra_driver_root, "device_plugin_driver_root": device_plugin_driver_root,
     "driver_container": driver_container,
-    "mig_configs": mig_configs, "validation_smoke": validation_smoke, "nri": nri,
+    "mig_configs": mig_configs, "validation_smoke": validation_smoke, "nri": nri, "nri_hosts": nri_hosts,
 }

@@ -76,6 +76,14 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["the hosts report different runtime handlers nvidia, nvidia-cdi; one RuntimeClass has one handler: set "
       "gpuops_cluster_prereqs_runtime_handler"]),
     ("handler set", "cluster_prereqs", {"__nodes": "handlers", "gpuops_cluster_prereqs_runtime_handler": "nvidia"}, []),
+    ("NRI hosts, cluster not", "cluster_prereqs", {"__nodes": "nri_modes"},
+     ["gpuops_cluster_nri: false, and GPU hosts run NRI mode (gpuops_container_toolkit_mode: nri): a100; they have no nvidia "
+      "runtime for the RuntimeClass the cluster roles use; accepted: gpuops_cluster_nri: true"]),
+    # A host that leaves the mode unset (t4) is not known here.
+    ("NRI cluster, hosts not", "cluster_prereqs", {"__nodes": "nri_modes", "gpuops_cluster_nri": True},
+     ["gpuops_cluster_nri: true, and GPU hosts set another gpuops_container_toolkit_mode: l40s (cdi); there no NRI plugin gives "
+      "the operands their devices; accepted: gpuops_container_toolkit_mode: nri on every GPU host, or gpuops_cluster_nri: false"]),
+    ("NRI on both sides", "cluster_prereqs", {"__nodes": "two", "gpuops_cluster_nri": True}, []),
     ("kubelet root relative", "cluster_prereqs", {"gpuops_cluster_kubelet_root": "var/lib/kubelet"},
      ["gpuops_cluster_kubelet_root: var/lib/kubelet is not an absolute path (the kubelet's --root-dir)"]),
     ("kubelet root with a space", "cluster_prereqs", {"gpuops_cluster_kubelet_root": "/var/lib/my kubelet"},
@@ -266,7 +274,8 @@ CASES: list[tuple[str, str, dict[str, Any], list[str]]] = [
      ["gpuops_validation_smoke_test was replaced by gpuops_validation_smoke: set it to always, never or changed (the default)"]),
 ]
 
-KEYS = {"gpuops_container_toolkit_runtime_handler": "", "gpuops_container_toolkit_driver_root": "", "gpuops_container_toolkit_cdi": None, "gpuops_node_container_toolkit": True,
+KEYS = {"gpuops_container_toolkit_runtime_handler": "", "gpuops_container_toolkit_driver_root": "",
+        "gpuops_container_toolkit_mode": "", "gpuops_container_toolkit_cdi": None, "gpuops_node_container_toolkit": True,
         "gpuops_device_plugin_config": "", "gpuops_mig_manager_config": "", "gpuops_node_changed": False}
 NODE_SETS: dict[str, dict[str, tuple[str, dict]]] = {
     "two": {"a100": ("a100-pcie-mig", {}), "l40s": ("l40s", {})},
@@ -275,6 +284,8 @@ NODE_SETS: dict[str, dict[str, tuple[str, dict]]] = {
     "choice": {"a100": ("a100-pcie-mig", {}), "l40s": ("l40s", {"gpuops_device_plugin_config": "no-such-config"})},
     "mixed_driver": {"a100": ("a100-pcie-mig", {"gpuops_driver_method": "containerized"}), "l40s": ("l40s", {})},
     "driver_roots": {"a100": ("a100-pcie-mig", {"gpuops_container_toolkit_driver_root": "/opt/nvidia/driver"}), "l40s": ("l40s", {})},
+    "nri_modes": {"a100": ("a100-pcie-mig", {"gpuops_container_toolkit_mode": "nri"}),
+                  "l40s": ("l40s", {"gpuops_container_toolkit_mode": "cdi"}), "t4": ("t4", {})},
     "mig_choice": {"a100": ("a100-pcie-mig", {"gpuops_mig_manager_config": "no-such-layout"}), "l40s": ("l40s", {})},
 }
 
@@ -431,7 +442,7 @@ def test_a_wrong_declaration_is_named():
         "unknown key 'whenn' (known: kinds, rules, when)", "kinds: v: unknown kind 'imgae_tag'", "kinds: w: no kind",
         "rules: 'cluster.no_such': no rule 'no_such' in module_utils/cluster/inputs.py (known: dcgm_metrics, device_plugin_configs, "
         "device_plugin_driver_root, device_plugin_with_dra, dra_driver_root, dra_feature_gates, dra_ports, driver_container, gpu_hosts, kube_context, "
-        "kubelet_root, mig_configs, nri, validation_smoke)",
+        "kubelet_root, mig_configs, nri, nri_hosts, validation_smoke)",
         "rules: cluster.dra_ports: takes no argument 'port'", "rules: cluster.dra_ports: argument 'healthcheck_port' not given",
         "rules: cluster.dra_ports: argument 'compute_domains_port' not given"]
 
