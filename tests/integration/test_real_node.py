@@ -87,11 +87,21 @@ class JobLogWatch(threading.Thread):
 
 
 # The node's containerd: the archive's newest (2.2, noble-updates: CDI through the CRI, config migrated from version 2)
-# and 1.7 (noble's release pocket, 1.7.12), the whole lane on each.
-CONTAINERDS = {"containerd-2": "", "containerd-1.7": "1.7"}
+# and 1.7 (noble's release pocket, 1.7.12), the whole lane on each; and NRI mode (issue 63, docs/nri.md) on 2.2: the
+# toolkit's NRI plugin (lab/nri-plugin, from the lab repository's tools/) gives the operands NVML from their pods'
+# annotations, the device plugin's devices go through the CRI, and nothing runs on an nvidia runtime.
+VARIANTS = {
+    "containerd-2": {"containerd": "", "nri": False},
+    "containerd-1.7": {"containerd": "1.7", "nri": False},
+    "containerd-2-nri": {"containerd": "", "nri": True},
+}
 
 
-@pytest.fixture(scope="module", params=list(CONTAINERDS.values()), ids=list(CONTAINERDS))
+def variant(request) -> dict:
+    return VARIANTS[request.node.callspec.id]
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS.values()), ids=list(VARIANTS))
 def real_node(tmp_path_factory, request):
     realnode.check_lane_settings([BASE_PORT, REPO_PORT])
     state = tmp_path_factory.mktemp("real-node")
@@ -103,7 +113,7 @@ def real_node(tmp_path_factory, request):
         lab(state, "repo", "up", "--port", str(REPO_PORT))
         inventory = state / "inventory" / "hosts.yml"
         lab(state, "up", "--inventory", str(inventory), "--base-port", str(BASE_PORT), f"--real-node={NODE}={PROFILE}",
-            f"--real-node-containerd={request.param}", timeout=900)
+            f"--real-node-containerd={request.param['containerd']}", timeout=900)
         print(f"real node joined in {time.monotonic() - t0:.0f}s")
         kubeconfig = state / "cluster/kubeconfig"
         repo_url = f"http://127.0.0.1:{REPO_PORT}"
@@ -114,7 +124,10 @@ def real_node(tmp_path_factory, request):
             # The toolkit from the lab's signed repository (nvidia-container-toolkit-base only: CDI), pointed at the
             # simulated driver's root.
             "gpuops_container_toolkit_repo_url": repo_url, "gpuops_container_toolkit_repo_key_url": f"{repo_url}/gpgkey",
-            "gpuops_container_toolkit_mode": "cdi", "gpuops_container_toolkit_driver_root": f"{HW_PATH}/driver",
+            "gpuops_container_toolkit_mode": "nri" if request.param["nri"] else "cdi",
+            "gpuops_container_toolkit_driver_root": f"{HW_PATH}/driver",
+            **({"gpuops_container_toolkit_nri_plugin_source": f"{repo_url}/tools/gpuops-nvidia-nri-plugin",
+                "gpuops_cluster_nri": True} if request.param["nri"] else {}),
             # The images the node has (built from NVIDIA's sources, imported): v0.19.3, the newest the proxy serves.
             "gpuops_device_plugin_version": DEVICE_PLUGIN_VERSION, "gpuops_gpu_feature_discovery_version": DEVICE_PLUGIN_VERSION,
             # What runs real: the device plugin and GFD. No MIG manager (mig-parted needs /proc/modules, MIG devices
@@ -138,14 +151,14 @@ def test_the_machine_is_a_real_node_of_the_cluster(real_node, request):
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {})  # not a KWOK node
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
-    series = request.node.callspec.params["real_node"] or "2."
+    series = variant(request)["containerd"] or "2."
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith(f"containerd://{series}"), node["status"]["nodeInfo"]
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", ready
     assert machine_run(state, "systemctl is-active kubelet containerd").split() == ["active", "active"]
 
 
-def test_the_node_playbook_sets_containerd_up_with_cdi(real_node):
+def test_the_node_playbook_sets_containerd_up_with_cdi(real_node, request):
     state, _kubeconfig, inventory = real_node
     res = playbook(inventory, "--diff", play="../tests/integration/real_node/node.yml")
     assert res.returncode == 0, res.stdout[-4000:]
@@ -153,10 +166,19 @@ def test_the_node_playbook_sets_containerd_up_with_cdi(real_node):
     assert "nvidia.com/gpu=all" in spec, spec
     dump = machine_run(state, "containerd config dump")
     # containerd 1.7's or 2.x's dump (noble-updates ships 2.2, which reads the lab's version 2 config migrated).
-    assert "enable_cdi = true" in dump and "containerd.runtimes.nvidia]" in dump, dump
+    assert "enable_cdi = true" in dump, dump
+    if variant(request)["nri"]:
+        # NRI on, no nvidia runtime; the plugin registered with containerd (its unit running).
+        assert "containerd.runtimes.nvidia]" not in dump, dump
+        nri = dump[dump.index("[plugins.'io.containerd.nri.v1.nri']"):][:600] if "[plugins.'io.containerd.nri.v1.nri']" in dump \
+            else dump[dump.index('[plugins."io.containerd.nri.v1.nri"]'):][:600]
+        assert "disable = false" in nri, nri
+        assert machine_run(state, "systemctl is-active gpuops-nvidia-nri-plugin").split() == ["active"]
+    else:
+        assert "containerd.runtimes.nvidia]" in dump, dump
 
 
-def test_cluster_yml_runs_the_device_plugin_and_gfd_on_the_real_node(real_node):
+def test_cluster_yml_runs_the_device_plugin_and_gfd_on_the_real_node(real_node, request):
     state, kubeconfig, inventory = real_node
     watch = JobLogWatch(state)
     watch.start()
@@ -176,8 +198,15 @@ def test_cluster_yml_runs_the_device_plugin_and_gfd_on_the_real_node(real_node):
     labels = nvidia_labels(kubeconfig)
     assert labels.get("nvidia.com/gpu.count") == str(GPUS) and labels.get("nvidia.com/gpu.product", "").startswith("NVIDIA-H100")
     assert "nvidia.com/mig.config" not in labels  # no MIG manager deployed: no config for it to apply
-    # The smoke test ran with the nvidia RuntimeClass and saw the GPU CDI gave it.
+    # The smoke test saw the GPU that CDI gave it (through the nvidia RuntimeClass, or in NRI mode through the CRI).
     assert "NVIDIA device node(s) injected" in watch.log and "/dev/nvidia" in watch.log, watch.log or "no log read"
+    if variant(request)["nri"]:
+        # No RuntimeClass: the operands got NVML from their annotation through the NRI plugin, the smoke test its GPU
+        # through the CRI (the device plugin's CDI devices).
+        assert not get(kubeconfig, "runtimeclasses")["items"]
+        plugin = running_pods(kubeconfig, "nvidia-device-plugin-daemonset")[0]
+        assert "runtimeClassName" not in plugin["spec"]
+        assert "nvidia.cdi.k8s.io/container.nvidia-device-plugin" in plugin["metadata"].get("annotations", {}), plugin["metadata"]
     pod_ips = [p["status"].get("podIP", "") for p in running_pods(kubeconfig, "gpu-feature-discovery")]
     assert all(ip.startswith("10.244.61.") for ip in pod_ips), pod_ips
 
@@ -201,7 +230,7 @@ def test_the_uninstall_leaves_no_nvidia_pod_label_or_runtime_handler(real_node, 
     def handlers() -> list[str]:
         return [h.get("name", "") for h in get(kubeconfig, "node", NODE)["status"].get("runtimeHandlers", [])]
 
-    if request.node.callspec.params["real_node"] == "1.7":
+    if variant(request)["containerd"] == "1.7":
         # containerd 1.7's CRI reports no runtime handlers to the kubelet (2.0 began to): its config dump is the judge.
         assert handlers() == []
     else:
