@@ -5,11 +5,9 @@ nothing to do, where a template that gives None gave the string "None" before an
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from lab.interrupt import kill_group
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = sorted(p.name for p in (REPO / "playbooks").glob("*.yml"))
@@ -45,15 +45,9 @@ RUN_TIMEOUT_S = 240
 RESULTS_THREAD_DIED = b"(results_thread_main):"
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """The run's whole process group (its own session, started here), by its leader's PID."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _attempt(argv: list[str], extra_env: dict[str, str] | None) -> tuple[subprocess.CompletedProcess[str], str]:
-    """One run: its result and why it was stopped ('' where it ended by itself)."""
+def run(argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook as given; stopped (its process group and the workers that left it, lab.interrupt.kill_group)
+    where it hangs, as above, failing the test with what it printed."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env={**env(), **(extra_env or {})}, start_new_session=True)
         deadline, why = time.monotonic() + RUN_TIMEOUT_S, ""
@@ -64,18 +58,13 @@ def _attempt(argv: list[str], extra_env: dict[str, str] | None) -> tuple[subproc
             elif time.monotonic() > deadline:
                 why = f"it did not end in {RUN_TIMEOUT_S} s"
             if why:
-                _stop(proc)
+                kill_group(proc.pid)
+                proc.wait()
                 break
             time.sleep(0.2)
         out.seek(0)
         err.seek(0)
-        return subprocess.CompletedProcess(argv, proc.returncode, out.read().decode(errors="replace"),
-                                           err.read().decode(errors="replace")), why
-
-
-def run(argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook as given, failing the test where it was stopped (above)."""
-    res, why = _attempt(argv, extra_env)
+        res = subprocess.CompletedProcess(argv, proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
     if why:
         pytest.fail(f"{' '.join(argv[1:])}: stopped, {why}\n--- stdout (end) ---\n{res.stdout[-3000:]}\n"
                     f"--- stderr ---\n{res.stderr[-6000:]}")
