@@ -100,8 +100,7 @@ def driver_wait(image: str) -> dict:
 
 def host_driver_root(nodes: Any, setting: Any) -> str:
     """The device plugin's host driver root (gpuops_device_plugin_driver_root, else the GPU hosts' toolkit root)."""
-    return driver_container.host_driver_root(nodes if isinstance(nodes, dict) else {}, str(setting or ""),
-                                             "gpuops_device_plugin_driver_root", "the device plugin")[0]
+    return driver_container.device_plugin_driver_root(nodes if isinstance(nodes, dict) else {}, str(setting or ""))[0]
 
 
 def dra_errors(nodes: dict, gates: Any, root: str) -> list:

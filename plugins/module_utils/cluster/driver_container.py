@@ -167,6 +167,11 @@ def host_driver_root(nodes: Mapping[str, Mapping[str, Any]], setting: str, varia
                  f"{component} has one; accepted: the same {TOOLKIT_DRIVER_ROOT} on every GPU host, or {variable} set"]
 
 
+def device_plugin_driver_root(nodes: Mapping[str, Mapping[str, Any]], setting: str) -> tuple[str, list[str]]:
+    """The device plugin's host driver root (gpuops_device_plugin_driver_root, else the hosts'), and its error."""
+    return host_driver_root(nodes, setting, "gpuops_device_plugin_driver_root", "the device plugin")
+
+
 def _gpus(row: Mapping[str, Any]) -> int:
     return int(((row.get("info") or {}).get("summary") or {}).get("gpu_count") or 0)
 

@@ -98,7 +98,7 @@ def device_plugin_driver_root(nodes: Mapping[str, Mapping[str, Any]], root: Any)
     if root and not _ABSOLUTE_PATH.match(str(root)):
         return [f"gpuops_device_plugin_driver_root: {text(root)} is not an absolute path (the host driver's root, such as / "
                 "or /opt/nvidia/driver); empty: the GPU hosts' gpuops_container_toolkit_driver_root"]
-    return cluster_driver_container.host_driver_root(nodes, str(root or ""), "gpuops_device_plugin_driver_root", "the device plugin")[1]
+    return cluster_driver_container.device_plugin_driver_root(nodes, str(root or ""))[1]
 
 
 def driver_container(nodes: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> list[str]:
