@@ -1,9 +1,10 @@
 """Print, as JSON, the nvidia runtime and CDI settings of the runtime's effective config for a config file:
 what `containerd --config FILE config dump` says (containerd's own merge of the file and its imports), or
-with --crio FILE DIR what `crio --config FILE --config-dir DIR config` says.
+with --crio FILE DIR what `crio --config FILE --config-dir DIR config` says (its runtimes and NRI).
 Run on a lab machine by the runtime scenario's verify, with the python3-tomlkit the role installed."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -41,9 +42,22 @@ def containerd(config):
     }
 
 
+def crio_nri(text, section):
+    """[crio.nri]'s enable_nri and nri_listen. `crio config` comments out each value equal to CRI-O's default
+    ("# enable_nri = true"): such a line is read as its value where the section has no uncommented one."""
+    nri = {k: section[k] for k in ("enable_nri", "nri_listen") if k in section}
+    found = re.search(r"^\[crio\.nri\]\n(.*?)(?=^\[)", text + "\n[end]", re.S | re.M)
+    for line in (found.group(1) if found else "").splitlines():
+        commented = re.match(r"^#\s*(enable_nri|nri_listen)\s*=\s*(.+)$", line)
+        if commented and commented.group(1) not in nri:
+            nri.update(plain(tomlkit.parse(f"{commented.group(1)} = {commented.group(2)}")))
+    return nri
+
+
 def crio(config, config_dir):
     cmd = ["crio", "--config", config, "--config-dir", config_dir, "config"]
-    dump = plain(tomlkit.parse(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout))
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    dump = plain(tomlkit.parse(text))
     runtime = dump.get("crio", {}).get("runtime", {})
     runtimes = runtime.get("runtimes", {})
     return {
@@ -51,6 +65,7 @@ def crio(config, config_dir):
         "runtimes": sorted(runtimes),
         "default_runtime": runtime.get("default_runtime"),
         "pause_image": dump.get("crio", {}).get("image", {}).get("pause_image"),
+        "nri": crio_nri(text, dump.get("crio", {}).get("nri", {})),
     }
 
 
