@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .cgroups import parse_own, remove_cgroup
-from .distros import get_distro
+from .distros import get_distro, nspawn_environment
 from .errors import LabError
 from .images import NSPAWN_COMMON, cache_dir, ensure_images, lab_dir
 from .realnode import REAL_NODE, cleanup_host, nspawn_options
@@ -350,10 +350,12 @@ class Lab:
         ensure_unified_hierarchy()
         cgroups = machine_cgroups(f"gpuops-lab.{machine.name}.{machine.port}")
         machine.extra["cgroups"] = ":".join(str(c) for c in cgroups)
-        self.supervise(machine, nspawn_command(machine), cgroups)
+        self.supervise(machine, nspawn_command(machine), cgroups, nspawn_environment(machine.distro))
 
-    def supervise(self, machine: Machine, cmd: list[str], cgroups: list[Path]) -> None:
-        """Start `python -m lab.supervise ... -- CMD` for the machine, in its own session, logging to its console log."""
+    def supervise(self, machine: Machine, cmd: list[str], cgroups: list[Path], env: dict[str, str] | None = None) -> None:
+        """Start `python -m lab.supervise ... -- CMD` for the machine, in its own session, logging to its console log.
+
+        env: variables set for the supervisor, and so for CMD at every boot, over this process's environment."""
         log = Path(machine.directory) / "console.log"
         argv = [sys.executable, "-m", SUPERVISOR_MODULE, "--pid-file", str(Path(machine.directory) / NSPAWN_PID_FILE)]
         for cgroup in cgroups:
@@ -365,6 +367,7 @@ class Lab:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env={**os.environ, **env} if env else None,
                 # `-m lab.supervise` finds the lab package from here, whatever the caller's directory.
                 cwd=str(Path(__file__).resolve().parents[1]),
             )

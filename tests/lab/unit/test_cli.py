@@ -17,7 +17,7 @@ def _run(capsys, *argv):
 def test_unknown_distribution_is_one_line(capsys):
     rc, err = _run(capsys, "up", "--machine", "x=focal")
     assert rc == 2
-    assert err == "lab: error: unknown distribution 'focal' (known: bookworm, jammy, noble)\n"
+    assert err == "lab: error: unknown distribution 'focal' (known: bookworm, jammy, noble, resolute)\n"
 
 
 def test_missing_root_is_one_line(capsys, monkeypatch):

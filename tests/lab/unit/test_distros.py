@@ -4,21 +4,37 @@ import hashlib
 
 import pytest
 
-from lab.distros import DISTROS, KEYRING_DIR, get_distro, parse_debootstrap_sources, render_apt_sources, security_uri
+from lab.distros import (
+    DISTROS,
+    KEYRING_DIR,
+    get_distro,
+    nspawn_environment,
+    parse_debootstrap_sources,
+    render_apt_sources,
+    security_uri,
+)
 from lab.errors import LabError
 
 
 @pytest.mark.parametrize(
     ("given", "expected"),
-    [("noble", "noble"), ("Ubuntu24.04", "noble"), ("ubuntu-22.04", "jammy"), ("debian12", "bookworm"), ("BOOKWORM", "bookworm")],
+    [("noble", "noble"), ("Ubuntu24.04", "noble"), ("ubuntu-22.04", "jammy"), ("debian12", "bookworm"), ("BOOKWORM", "bookworm"),
+     ("ubuntu26.04", "resolute")],
 )
 def test_get_distro_accepts_names_and_aliases(given, expected):
     assert get_distro(given).name == expected
 
 
 def test_get_distro_unknown_names_what_is_accepted():
-    with pytest.raises(LabError, match=r"unknown distribution 'focal' \(known: bookworm, jammy, noble\)"):
+    with pytest.raises(LabError, match=r"unknown distribution 'focal' \(known: bookworm, jammy, noble, resolute\)"):
         get_distro("focal")
+
+
+def test_only_a_systemd_without_cgroup_v1_boots_on_the_unified_hierarchy():
+    """Ubuntu 26.04's systemd 259 refuses cgroup v1 ("Detected unsupported legacy cgroup hierarchy, refusing execution"):
+    nspawn is told to give it cgroup v2. The others keep the layout nspawn picks on the host (hybrid on the lab's v1)."""
+    assert nspawn_environment("resolute") == {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}
+    assert [d for d in DISTROS if nspawn_environment(d)] == ["resolute"]
 
 
 def test_parse_debootstrap_sources_takes_the_written_uri():

@@ -97,6 +97,36 @@ def test_nspawn_command_binds_the_compiler_cache_only_when_asked(tmp_path, monke
     assert nspawn_command(lab.load()["a"]) == nspawn_command(cached)
 
 
+@pytest.mark.parametrize(("distro", "env"), [("resolute", {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}), ("noble", None)])
+def test_boot_gives_nspawn_the_distributions_environment(tmp_path, monkeypatch, distro, env):
+    import lab.machines as machines
+
+    started = {}
+
+    class Proc:
+        pid = 4242
+
+        @staticmethod
+        def poll():
+            return 0
+
+    def popen(argv, **kwargs):
+        started.update(argv=argv, env=kwargs.get("env"))
+        return Proc()
+
+    monkeypatch.setattr(machines.subprocess, "Popen", popen)
+    monkeypatch.setattr(machines, "ensure_unified_hierarchy", lambda: None)
+    monkeypatch.setattr(machines, "machine_cgroups", lambda leaf: [])
+    monkeypatch.setenv("GPUOPS_LAB_TEST_MARK", "kept")
+    (tmp_path / "m").mkdir()
+    Lab(tmp_path / "state").boot(Machine(name="a", distro=distro, port=2221, directory=str(tmp_path / "m")))
+    assert "systemd-nspawn" in started["argv"]
+    if env is None:
+        assert started["env"] is None
+    else:
+        assert {k: started["env"][k] for k in env} == env and started["env"]["GPUOPS_LAB_TEST_MARK"] == "kept"
+
+
 def test_is_ours_rejects_a_pid_that_is_not_the_recorded_nspawn(tmp_path):
     import os
 
