@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
@@ -13,11 +14,15 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import r
 
 # (distribution as Ansible names it, major version) the collection installs on.
 SUPPORTED = {
-    ("Ubuntu", "22"), ("Ubuntu", "24"), ("Debian", "12"),
+    ("Ubuntu", "22"), ("Ubuntu", "24"), ("Ubuntu", "26"), ("Debian", "12"),
     ("RedHat", "8"), ("RedHat", "9"), ("RedHat", "10"),
     ("Rocky", "8"), ("Rocky", "9"), ("Rocky", "10"),
     ("AlmaLinux", "8"), ("AlmaLinux", "9"), ("AlmaLinux", "10"),
 }
+# The distributions whose Python is newer than the targets of the oldest ansible-core the collection claims
+# (meta/runtime.yml): (distribution, major) -> (their Python, the first ansible-core that supports it as a target).
+# Ubuntu 26.04's Python 3.14: ansible-core 2.20 (2.19 supports 3.8 to 3.13). The collection tests that pair on 2.20.
+NEWER_PYTHON = {("Ubuntu", "26"): ("3.14", "2.20")}
 DRIVER_METHODS = ("auto", "precompiled", "dkms", "containerized", "none")
 # The methods that bring a driver to the node (the host's packages, or the driver container's modules).
 DRIVER_BRINGING = ("precompiled", "dkms", "containerized")
@@ -40,6 +45,7 @@ class Settings(TypedDict, total=False):
     # The runtime the container_toolkit role configures (gpuops_container_toolkit_runtime: auto, containerd, crio); empty
     # where no such role follows (gpuops_node_container_toolkit: false), and then not judged.
     container_runtime: str
+    ansible_version: str  # the controller's ansible-core (ansible_version.full); empty where not known
 
 
 def _finding(fid: str, severity: str, message: str, fix: str) -> dict[str, str]:
@@ -68,6 +74,27 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
     return found
 
 
+def _minor(version: str) -> tuple[int, int] | None:
+    """(2, 20) of '2.20.10' or '2.20.0rc1'; None where it does not start with MAJOR.MINOR."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def _newer_python_finding(distribution: str, major_version: str, ansible_version: str) -> dict[str, str] | None:
+    """A warning where the run's ansible-core is older than the first that supports the node's Python as a target."""
+    python, first = NEWER_PYTHON.get((distribution, major_version), ("", ""))
+    running = _minor(ansible_version)
+    if not first or running is None or running >= (_minor(first) or running):
+        return None
+    return _finding(
+        "ansible_core_older_than_target", "warning",
+        f"{distribution} {major_version}'s Python is {python}, a target ansible-core supports from {first}; this run's "
+        f"ansible-core is {ansible_version}",
+        f"run the playbooks with ansible-core {first} or later: the collection is tested on {distribution} {major_version} "
+        f"with {first}",
+    )
+
+
 def _node_findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings: Settings) -> list[dict[str, str]]:
     """The node's own blockers and warnings."""
     method = settings.get("driver_method", "auto")
@@ -80,8 +107,11 @@ def _node_findings(gpu_info: GpuInfo, distribution: str, major_version: str, set
         found.append(_finding(
             "unsupported_distribution", "blocker",
             f"{distribution} {major_version} is not a distribution the collection installs on",
-            "use Ubuntu 22.04/24.04, Debian 12 or RHEL/Rocky/Alma 8-10",
+            "use Ubuntu 22.04/24.04/26.04, Debian 12 or RHEL/Rocky/Alma 8-10",
         ))
+    newer = _newer_python_finding(distribution, str(major_version), settings.get("ansible_version", ""))
+    if newer:
+        found.append(newer)
     # The driver role plans for a kernel installed in the root (or the one set) whether or not GPUs are there, and
     # refuses without one (module_utils/node/driver.py, target_kernel): say so here, before the run stops there.
     kernel = node["kernel"]

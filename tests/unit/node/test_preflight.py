@@ -45,11 +45,31 @@ def ids(found, severity="blocker"):
         ("gh200", ("Debian", "12"), {**DEFAULTS, "driver_method": "auto"}, ["secure_boot_unsigned"]),
         ("l40s", ("Debian", "12"), {**DEFAULTS, "nouveau_managed": True}, []),
         ("v100", ("Ubuntu", "22"), DEFAULTS, []),
+        ("hgx-h100", ("Ubuntu", "26"), DEFAULTS, []),
         ("a100-pcie-mig", ("CentOS", "7"), DEFAULTS, ["unsupported_distribution"]),
     ],
 )
 def test_blockers(info_of, profile, distro, settings, blockers):
     assert ids(findings(info_of(profile), *distro, settings)) == blockers
+
+
+@pytest.mark.parametrize(("distro", "version", "warned"), [
+    (("Ubuntu", "26"), "2.19.14", True),
+    (("Ubuntu", "26"), "2.19.4", True),
+    (("Ubuntu", "26"), "2.20.0rc1", False),
+    (("Ubuntu", "26"), "2.20.10", False),
+    (("Ubuntu", "26"), "2.21.5", False),
+    (("Ubuntu", "26"), "", False),
+    (("Ubuntu", "24"), "2.19.4", False),
+])
+def test_a_target_python_newer_than_the_runs_ansible_core_is_warned_of(info_of, distro, version, warned):
+    """Ubuntu 26.04's Python 3.14 is a target from ansible-core 2.20 on: on 2.19 the run is warned, not stopped."""
+    found = findings(info_of("hgx-h100"), *distro, {**DEFAULTS, "ansible_version": version})
+    assert ids(found) == []
+    assert ("ansible_core_older_than_target" in ids(found, "warning")) is warned
+    if warned:
+        finding = next(f for f in found if f["id"] == "ansible_core_older_than_target")
+        assert "Python is 3.14" in finding["message"] and version in finding["message"] and "2.20" in finding["fix"]
 
 
 def test_no_gpu_is_a_warning_not_a_blocker(info_of):
