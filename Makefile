@@ -16,6 +16,16 @@ SANITY_DIR := .build/sanity/ansible_collections/gpuops/nvidia
 SANITY_VENV := .build/ansible-test-venv
 # The lowest ansible-core the collection claims (meta/runtime.yml), with what the tests that run plays need.
 MIN_VENV := .build/min-ansible-venv
+# ansible-core 2.20 for the Ubuntu 26.04 scenario (its Python 3.14 is a target from 2.20 on), on a Python of 3.12 or later
+# (2.20's controllers): the first of python3.14 to python3.12 that runs, else pyenv's newest 3.12 to 3.14.
+NEWER_VENV := .build/ansible-2.20-venv
+ifndef NEWER_PYTHON
+NEWER_PYTHON := $(shell for p in python3.14 python3.13 python3.12 $(sort $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.1[234]*/bin/python3)); do \
+  "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { command -v "$$p"; break; }; done)
+endif
+NEWER_SCENARIO := ubuntu2604
+# Its own toolkit repository port: the runtime scenario serves the lab repository in another lane at the same time.
+NEWER_REPO_PORT := 8465
 LAB := $(PY) -m lab
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_ROOT)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -38,7 +48,7 @@ REPORT = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time report -
 # After a failed run, the last failures of each failed step again, next to the table (CI shows only the end).
 FAILURES = "$$([ -x $(PY) ] && echo $(PY) || echo $(PYTHON))" -m lab time failures --log $(TIMING) --build-dir .build
 
-.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run min-ansible lab-test lab-test-real-node \
+.PHONY: help versions venv lab-deps collection demo test test-steps checks caches side-by-side test-fast test-fast-steps unit lint sanity sanity-run min-ansible lab-test lab-test-real-node molecule-ubuntu2604 first-install-lane \
 	molecule bench lab-up lab-down lab-status lab-toolchain lab-cluster-up lab-cluster-down lab-kubeconfig clean
 
 help: ## list the targets
@@ -145,6 +155,12 @@ $(MIN_VENV)/.installed: tests/min-ansible/requirements.txt
 min-ansible: collection $(MIN_VENV)/.installed ## the playbooks and the plays' tests on the lowest ansible-core claimed
 	$(TIME) min-ansible $(MIN_VENV)/bin/pytest -q -p no:cacheprovider $(MIN_TESTS)
 
+$(NEWER_VENV)/.installed: PYTHON = $(NEWER_PYTHON)
+$(NEWER_VENV)/.installed: tests/ansible-2.20/requirements.txt
+	@[ -n "$(NEWER_PYTHON)" ] || { echo "$(NEWER_VENV): no Python 3.12 or later here (ansible-core 2.20's controllers); set NEWER_PYTHON"; exit 1; }
+	$(call cached_venv,$(NEWER_VENV),tests/ansible-2.20/requirements.txt)
+	touch $@
+
 $(SANITY_VENV)/.installed: requirements-sanity.txt
 	$(call cached_venv,$(SANITY_VENV),requirements-sanity.txt)
 	touch $@
@@ -183,6 +199,13 @@ lab-test-real-node: venv lab-deps collection ## the real-node lane: a real kubel
 molecule: venv lab-deps collection ## molecule scenarios on lab machines, one at a time (MOLECULE_SCENARIOS=...)
 	@mkdir -p .build
 	for s in $(MOLECULE_SCENARIOS); do $(TIME) molecule/$$s $(BIN)/molecule test -s $$s 2>&1 | tee .build/molecule-$$s.log; done
+
+# The Ubuntu 26.04 scenario, run by ansible-core 2.20 (molecule/ubuntu2604/molecule.yml says why): that venv's molecule and
+# ansible-playbook first on PATH.
+molecule-ubuntu2604: lab-deps collection $(NEWER_VENV)/.installed ## the Ubuntu 26.04 scenario, on ansible-core 2.20
+	@mkdir -p .build
+	PATH=$(CURDIR)/$(NEWER_VENV)/bin:$$PATH GPUOPS_LAB_REPO_PORT=$(NEWER_REPO_PORT) $(TIME) molecule/$(NEWER_SCENARIO) \
+	  $(NEWER_VENV)/bin/molecule test -s $(NEWER_SCENARIO) 2>&1 | tee .build/molecule-$(NEWER_SCENARIO).log
 
 test: ## everything CI runs, then the timing table (budget: 40 min warm)
 	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) $(LANES) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
@@ -230,13 +253,19 @@ caches: venv lab-deps ## build (or find in ~/.cache/gpuops-lab) the lab's images
 side-by-side: venv lab-deps collection
 	@mkdir -p $(dir $(LAB_TEST_LOG)); rc=0; \
 	  $(LANE) --name lab-test --weight $(LAB_TEST_WEIGHT) -- $(MAKE) --no-print-directory lab-test lab-test-real-node > $(LAB_TEST_LOG) 2>&1 & lab=$$!; \
-	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(LANE) --name "$(FIRST_INSTALL)" --weight $(FIRST_INSTALL_WEIGHT) -- \
-	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
+	  GPUOPS_MOLECULE_BASE_PORT=$(FIRST_INSTALL_PORT) $(LANE) --name "$(FIRST_INSTALL) $(NEWER_SCENARIO)" --weight $(FIRST_INSTALL_WEIGHT) -- \
+	    $(MAKE) --no-print-directory first-install-lane > $(FIRST_INSTALL_LOG) 2>&1 & first=$$!; \
 	  $(LANE) --name "$(SIDE_SCENARIOS)" --weight $(SIDE_WEIGHT) -- \
 	    $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(SIDE_SCENARIOS)" || rc=$$?; \
 	  wait $$first || rc=$$((rc ? rc : $$?)); wait $$lab || rc=$$((rc ? rc : $$?)); \
-	  echo "==== $(FIRST_INSTALL) (ran beside the other scenarios and lab-test): $(FIRST_INSTALL_LOG) ===="; cat $(FIRST_INSTALL_LOG); \
+	  echo "==== $(FIRST_INSTALL) $(NEWER_SCENARIO) (ran beside the other scenarios and lab-test): $(FIRST_INSTALL_LOG) ===="; cat $(FIRST_INSTALL_LOG); \
 	  echo "==== lab-test (ran beside the molecule scenarios): $(LAB_TEST_LOG) ===="; cat $(LAB_TEST_LOG); exit $$rc
+
+# The first install, then the Ubuntu 26.04 scenario on its machine ports (a first install too, on ansible-core 2.20), each
+# run whether or not the other passed.
+first-install-lane: venv lab-deps collection
+	@rc=0; $(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(FIRST_INSTALL)" || rc=$$?; \
+	  $(MAKE) --no-print-directory molecule-ubuntu2604 || rc=$$((rc ? rc : $$?)); exit $$rc
 
 test-fast: ## the inner loop: unit, lint, sanity, one molecule scenario (FAST_SCENARIO=hardware), timing table
 	@mkdir -p $(dir $(TIMING_BEGIN)) && rm -f $(TIMING) $(LANES) && { date +%s.%N; grep '^cpu' /proc/stat || true; } > $(TIMING_BEGIN)
