@@ -99,7 +99,7 @@ def test_nspawn_command_binds_the_compiler_cache_only_when_asked(tmp_path, monke
 
 @pytest.mark.parametrize(("distro", "env"), [("resolute", {"SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1"}), ("noble", None)])
 def test_boot_gives_nspawn_the_distributions_environment(tmp_path, monkeypatch, distro, env):
-    import lab.machines as machines
+    from lab import machines
 
     started = {}
 
