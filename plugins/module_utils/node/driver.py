@@ -85,6 +85,13 @@ def driver_version(package_version: str | None) -> str | None:
     return ".".join(p for p in m.groups() if p is not None)
 
 
+def major_minor(version: str | None) -> tuple[int, int] | None:
+    """(6, 8) of the kernel release '6.8.0-45-generic', (2, 20) of ansible-core's '2.20.0rc1'; None when it does not
+    start with MAJOR.MINOR."""
+    m = re.match(r"^(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def branch_of(version: str | None) -> int | None:
     m = _VERSION.match(version or "")
     return int(m.group(1)) if m else None

@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._common.facts import GpuInfo
 from ansible_collections.gpuops.nvidia.plugins.module_utils.node import container_runtime as cr
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import resolve_method
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import major_minor, resolve_method
 
 # (distribution as Ansible names it, major version) the collection installs on.
 SUPPORTED = {
@@ -74,17 +73,11 @@ def findings(gpu_info: GpuInfo, distribution: str, major_version: str, settings:
     return found
 
 
-def _minor(version: str) -> tuple[int, int] | None:
-    """(2, 20) of '2.20.10' or '2.20.0rc1'; None where it does not start with MAJOR.MINOR."""
-    found = re.match(r"(\d+)\.(\d+)", version)
-    return (int(found[1]), int(found[2])) if found else None
-
-
 def _newer_python_finding(distribution: str, major_version: str, ansible_version: str) -> dict[str, str] | None:
     """A warning where the run's ansible-core is older than the first that supports the node's Python as a target."""
     python, first = NEWER_PYTHON.get((distribution, major_version), ("", ""))
-    running = _minor(ansible_version)
-    if not first or running is None or running >= (_minor(first) or running):
+    running = major_minor(ansible_version)
+    if not first or running is None or running >= (major_minor(first) or running):
         return None
     return _finding(
         "ansible_core_older_than_target", "warning",

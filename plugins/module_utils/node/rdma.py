@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError, distro_key, resolve_method
+from ansible_collections.gpuops.nvidia.plugins.module_utils.node.driver import PlanError, distro_key, major_minor, resolve_method
 
 STACKS = ("auto", "inbox", "doca")
 NICS = ("auto", "present")
@@ -46,12 +46,6 @@ MODULES_LOAD_PATH = "/etc/modules-load.d/gpuops-rdma.conf"
 _DOCA_VERSION = re.compile(r"^\d+\.\d+(\.\d+)*(-\d+)?$")
 
 
-def kernel_version(release: str | None) -> tuple[int, int] | None:
-    """(6, 8) from '6.8.0-45-generic'; None when it does not read as one."""
-    m = re.match(r"^(\d+)\.(\d+)", release or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def nics(gpu_info: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The node's RDMA NICs: ConnectX functions that are not an NVLink5 board's switch management bridges."""
     return [n for n in gpu_info.get("pci", {}).get("network", []) if not n.get("switch_managed")]
@@ -65,7 +59,7 @@ def dmabuf_blockers(gpu_info: Mapping[str, Any], module_type: str, kernel: str |
     old = sorted({g["architecture"] for g in gpu_info.get("pci", {}).get("gpus", []) if g.get("architecture") in PRE_TURING})
     if old:
         why.append(f"it needs Turing or newer GPUs, and the node has {', '.join(old)}")
-    version = kernel_version(kernel)
+    version = major_minor(kernel)
     if version is None:
         why.append(f"the kernel release {kernel!r} does not read as a version")
     elif version < DMABUF_KERNEL:
